@@ -1,0 +1,32 @@
+# Every target creates .venv from nothing when it is missing.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-full bench lint clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m ember demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -n 2
+
+test-full: $(STAMP)
+	$(BIN)/python -m pytest -q -n 2 -m ''
+
+bench: $(STAMP)
+	@echo "bench: the side-by-side benchmarks arrive with the compiled path (phase 3)"
+
+lint: $(STAMP)
+	$(BIN)/ruff check ember tests
+	$(BIN)/ruff format --check ember tests
+
+clean:
+	rm -rf $(VENV) build *.egg-info
