@@ -26,7 +26,6 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check ember tests
-	$(BIN)/ruff format --check ember tests
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -41,8 +41,9 @@ def tokenize(text: str, source_name: str = "<text>") -> list[Token]:
     while pos < len(text):
         match = _TOKEN.match(text, pos)
         if match is None:
-            raise ParseError(f"unexpected character {text[pos]!r}", line, pos - line_start + 1,
-                             source_name)
+            what = ("unterminated string literal" if text[pos] == '"'
+                    else f"unexpected character {text[pos]!r}")
+            raise ParseError(what, line, pos - line_start + 1, source_name)
         kind = match.lastgroup
         if kind != "space":
             tokens.append(Token(kind, match.group(), line, pos - line_start + 1))

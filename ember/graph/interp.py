@@ -79,31 +79,7 @@ class Interpreter:
             return self.run_region(branch, [])
         if op.name == "loop":
             return self.run_loop(op)
-        reference = op.opdef.reference
-        if reference is None:
-            raise InterpreterError(f"{op.where()}: has no reference semantics")
-        args = [self.env[v] for v in op.operands]
-        args = [a.astype(np.float32) if a.dtype in _HALF else a for a in args]
-        try:
-            with np.errstate(all="ignore"):
-                results = reference(*args, **op.attrs)
-        except EmberError:
-            raise
-        except (ArithmeticError, IndexError, ValueError, TypeError) as e:
-            raise InterpreterError(f"{op.where()}: {type(e).__name__}: {e}") from None
-        results = results if isinstance(results, (tuple, list)) else (results,)
-        return [self.to_result(op, i, r) for i, r in enumerate(results)]
-
-    def to_result(self, op: Op, index: int, array: Any) -> np.ndarray:
-        value = op.results[index]
-        array = np.asarray(array)
-        if array.dtype != value.dtype.np:
-            with np.errstate(all="ignore"):
-                array = array.astype(value.dtype.np)
-        if array.shape != value.shape:
-            raise InterpreterError(f"{op.where()}: the reference produced result {index} of shape"
-                                   f" {list(array.shape)}, but its type is {value.type}")
-        return array
+        return evaluate_op(op, [self.env[v] for v in op.operands])
 
     def run_loop(self, op: Op) -> list[np.ndarray]:
         trip_count, cond, *carried = (self.env[v] for v in op.operands)
@@ -123,3 +99,35 @@ class Interpreter:
         stacked = [np.stack(s) if s else np.zeros(r.shape, r.dtype.np)
                    for s, r in zip(scans, op.results[num_carried:])]
         return [*carried, *stacked]
+
+
+def evaluate_op(op: Op, args: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Run one op without regions on arrays by its reference semantics (used by folding too)."""
+    reference = op.opdef.reference
+    if reference is None:
+        raise InterpreterError(f"{op.where()}: has no reference semantics")
+    args = [a.astype(np.float32) if a.dtype in _HALF else a for a in args]
+    try:
+        with np.errstate(all="ignore"):
+            results = reference(*args, **op.attrs)
+    except EmberError:
+        raise
+    except (ArithmeticError, IndexError, ValueError, TypeError) as e:
+        raise InterpreterError(f"{op.where()}: {type(e).__name__}: {e}") from None
+    results = results if isinstance(results, (tuple, list)) else (results,)
+    if len(results) != len(op.results):
+        raise InterpreterError(f"{op.where()}: the reference returned {len(results)} results,"
+                               f" expected {len(op.results)}")
+    return [_as_result(op, i, r) for i, r in enumerate(results)]
+
+
+def _as_result(op: Op, index: int, array: Any) -> np.ndarray:
+    value = op.results[index]
+    array = np.asarray(array)
+    if array.dtype != value.dtype.np:
+        with np.errstate(all="ignore"):
+            array = array.astype(value.dtype.np)
+    if array.shape != value.shape:
+        raise InterpreterError(f"{op.where()}: the reference produced result {index} of shape"
+                               f" {list(array.shape)}, but its type is {value.type}")
+    return array

@@ -64,22 +64,22 @@ class OpDef:
         lo, hi = self.arity
         if count < lo or (hi is not None and count > hi):
             want = f"{lo}" if lo == hi else f"{lo} to {hi}" if hi is not None else f"at least {lo}"
-            raise ShapeError(f"graph.{self.name} takes {want} operands, got {count}")
+            raise ShapeError(f"takes {want} operands, got {count}")
 
     def normalize_attrs(self, attrs: dict[str, Any]) -> dict[str, Any]:
         """Check `attrs` against the schema, fill in defaults and convert to canonical values."""
         unknown = set(attrs) - set(self.attrs)
         if unknown:
             raise BadAttributeError(
-                f"graph.{self.name} has no attribute(s) {', '.join(sorted(unknown))}"
+                f"no attribute(s) {', '.join(sorted(unknown))}"
                 f" (it has: {', '.join(self.attrs) or 'none'})"
             )
         out: dict[str, Any] = {}
         for key, spec in self.attrs.items():
             if key in attrs:
-                out[key] = convert_attr(self.name, key, spec, attrs[key])
+                out[key] = convert_attr(key, spec, attrs[key])
             elif spec.default is REQUIRED:
-                raise BadAttributeError(f"graph.{self.name} needs attribute '{key}'")
+                raise BadAttributeError(f"needs attribute '{key}'")
             else:
                 out[key] = spec.default
         return out
@@ -92,11 +92,11 @@ class OpDef:
         return [result] if isinstance(result, TensorType) else list(result)
 
 
-def convert_attr(opname: str, key: str, spec: Attr, value: Any) -> Any:
+def convert_attr(key: str, spec: Attr, value: Any) -> Any:
     """The canonical Python value of one attribute, or a BadAttributeError naming it."""
 
     def bad(why: str) -> BadAttributeError:
-        return BadAttributeError(f"graph.{opname} attribute '{key}': {why}, got {value!r}")
+        return BadAttributeError(f"attribute '{key}': {why}, got {value!r}")
 
     kind = spec.kind
     if value is None and spec.default is None:
@@ -137,7 +137,8 @@ def convert_attr(opname: str, key: str, spec: Attr, value: Any) -> Any:
             return tuple(int(v) for v in items)
         if kind == "floats":
             items = tuple(value)
-            if any(isinstance(v, bool) or not isinstance(v, (int, float, np.number)) for v in items):
+            if any(isinstance(v, bool) or not isinstance(v, (int, float, np.number))
+                   for v in items):
                 raise bad("expected a list of numbers")
             return tuple(float(v) for v in items)
         if kind == "dense":

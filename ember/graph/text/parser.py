@@ -198,7 +198,8 @@ class GraphParser:
     def region_body(self, builder: Builder, terminator: str) -> None:
         while not self.ts.at(terminator):
             if self.ts.peek.kind == "eof" or self.ts.at("}"):
-                raise self.error(f"expected an op or '{terminator}', found {describe(self.ts.peek)}")
+                raise self.error(
+                    f"expected an op or '{terminator}', found {describe(self.ts.peek)}")
             self.op(builder)
         self.ts.expect(terminator)
         outputs = [] if self.ts.at("}") else self.comma_list(self.use, "}")

@@ -23,7 +23,7 @@ from ember.dtypes import DType, from_numpy
 from ember.graph.ir import Graph, Op, Region, TensorType, Value
 from ember.lexer import quote
 
-CONSTANT_MODES = ("table", "inline", "elide")
+CONSTANT_MODES = ("table", "inline", "elide", "omit")
 
 
 def format_float(value: float) -> str:
@@ -123,17 +123,10 @@ class Printer:
         self.lines.append(f"graph @{g.name}({args}) -> ({results}) {{")
         self.region_body(g.body, "  ", "return")
         self.lines.append("}")
-        if g.constants and self.constants_mode != "inline":
-            self.lines.append("")
-            self.lines.append("constants {")
-            for key, data in g.constants.items():
-                if self.constants_mode == "elide":
-                    text = f"dense<{TensorType(from_numpy(data.dtype), data.shape)} elided>"
-                else:
-                    text = format_dense(data, binary=True)
-                self.lines.append(f"  @{key} = {text}")
-            self.lines.append("}")
-        return "\n".join(self.lines) + "\n"
+        text = "\n".join(self.lines) + "\n"
+        if self.constants_mode in ("table", "elide"):
+            text += format_constant_table(g.constants, elide=self.constants_mode == "elide")
+        return text
 
     def region_body(self, region: Region, indent: str, terminator: str) -> None:
         for op in region.ops:
@@ -188,6 +181,26 @@ def _equal_default(value: Any, default: Any) -> bool:
     return type(value) is type(default) and value == default
 
 
+def format_constant_table(constants: dict[str, np.ndarray], elide: bool = False) -> str:
+    """The `constants { ... }` section that follows a graph (empty for no constants)."""
+    if not constants:
+        return ""
+    lines = ["", "constants {"]
+    for key, data in constants.items():
+        if elide:
+            text = f"dense<{TensorType(from_numpy(data.dtype), data.shape)} elided>"
+        else:
+            text = format_dense(data, binary=True)
+        lines.append(f"  @{key} = {text}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
 def print_graph(graph: Graph, constants: str = "table") -> str:
-    """The text form of `graph`. `constants`: 'table' (default), 'inline' or 'elide'."""
+    """The text form of `graph`.
+
+    constants: 'table' (default) prints large constants in a section after the graph;
+    'inline' prints every constant in place; 'elide' prints the table without the data
+    (readable, but not parseable back); 'omit' leaves the section out.
+    """
     return Printer(graph, constants).print()

@@ -1,0 +1,98 @@
+"""The `ember` command: `python -m ember opt|demo|ops|passes ...`.
+
+`opt` is the IR workbench: it parses a graph IR file, runs the named passes and prints
+the result, so that every pass can be tested from text (see tests/ir/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ember.errors import EmberError
+
+
+def _opt(args: argparse.Namespace) -> int:
+    from ember.driver.pass_manager import PassManager
+    from ember.graph.text import parse_graph, print_graph
+
+    source = "<stdin>" if args.file == "-" else args.file
+    try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    except OSError as e:
+        raise EmberError(f"cannot read {source}: {e.strerror}") from None
+    graph = parse_graph(text, source)
+    passes = [p for p in (args.passes or "").split(",") if p]
+    manager = PassManager(passes, print_after_all=args.print_after_all,
+                          print_after=args.print_after.split(",") if args.print_after else (),
+                          constants_mode=args.constants, print_stream=sys.stdout)
+    if args.verify_each:
+        manager.verify_each = True
+    if args.dump:
+        manager.dump_dir = args.dump
+    graph = manager.run(graph)
+    output = print_graph(graph, constants=args.constants)
+    if args.output:
+        Path(args.output).write_text(output)
+    else:
+        sys.stdout.write(output)
+    if args.timing:
+        sys.stderr.write(manager.timing_report() + "\n")
+    return 0
+
+
+def _list_passes(args: argparse.Namespace) -> int:
+    from ember.graph.passes import DEFAULT_PIPELINE, all_passes
+
+    for p in all_passes():
+        print(f"{p.name:<14} {p.summary}")
+    print(f"\ndefault pipeline: {','.join(DEFAULT_PIPELINE)}")
+    return 0
+
+
+def _list_ops(args: argparse.Namespace) -> int:
+    from ember.graph.ops import all_opdefs
+
+    for d in all_opdefs():
+        print(f"{d.family:<12} graph.{d.name:<20} {d.summary}")
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from ember.demo import run_demo
+
+    run_demo()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ember", description="Ember, an ML compiler")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    opt = sub.add_parser("opt", help="parse graph IR, run passes, print the result")
+    opt.add_argument("file", help="a graph IR file, or - for standard input")
+    opt.add_argument("-p", "--passes", default="", help="comma-separated pass names")
+    opt.add_argument("-o", "--output", help="write the result here instead of stdout")
+    opt.add_argument("--print-after-all", action="store_true", help="print IR after each pass")
+    opt.add_argument("--print-after", default="", help="comma-separated passes to print after")
+    opt.add_argument("--verify-each", action="store_true", help="verify after every pass")
+    opt.add_argument("--dump", help="write the IR after every pass into this folder")
+    opt.add_argument("--timing", action="store_true", help="report the time of each pass")
+    opt.add_argument("--constants", default="table", choices=("table", "inline", "elide"),
+                     help="how to print large constants")
+    opt.set_defaults(run=_opt)
+
+    sub.add_parser("passes", help="list the graph passes").set_defaults(run=_list_passes)
+    sub.add_parser("ops", help="list the ops").set_defaults(run=_list_ops)
+    sub.add_parser("demo", help="build, optimize and run a small model").set_defaults(run=_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except EmberError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1

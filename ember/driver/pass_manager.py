@@ -1,0 +1,122 @@
+"""Running a pipeline of passes with the instruments every compiler engineer wants:
+print after a pass or after all, dump every stage to a folder, verify after each pass,
+time each pass, and dump a reproducer when a pass fails.
+
+Environment: EMBER_VERIFY=1 verifies after every pass; EMBER_DUMP=dir writes the IR
+after every pass to `dir/NN-<pass>.ir`; EMBER_REPRO_DIR (default: a temp folder) is
+where reproducers go.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from ember.errors import EmberError, PassError
+from ember.graph.ir import Graph
+from ember.graph.passes import GraphPass, get_pass
+from ember.graph.text import print_graph
+from ember.graph.text.printer import format_constant_table
+from ember.graph.verify import verify_graph
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0", "false", "no")
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write `text` to `path` so that readers never see a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+@dataclass
+class PassTiming:
+    name: str
+    seconds: float
+
+
+@dataclass
+class PassManager:
+    """Runs `passes` (names or GraphPass objects) in order over a graph."""
+
+    passes: Sequence[str | GraphPass]
+    verify_each: bool = field(default_factory=lambda: _env_flag("EMBER_VERIFY"))
+    print_after: Sequence[str] = ()
+    print_after_all: bool = False
+    dump_dir: str | None = field(default_factory=lambda: os.environ.get("EMBER_DUMP") or None)
+    print_stream: TextIO | None = None
+    constants_mode: str = "elide"  # how dumps and prints show the constant table
+    timings: list[PassTiming] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.pipeline = [get_pass(p) if isinstance(p, str) else p for p in self.passes]
+
+    def run(self, graph: Graph) -> Graph:
+        verify_graph(graph)
+        self._dump(0, "input", graph)
+        for index, graph_pass in enumerate(self.pipeline, start=1):
+            # The reproducer needs the graph as it was; the table is shared, not copied.
+            before = (print_graph(graph, constants="omit"), dict(graph.constants))
+            start = time.perf_counter()
+            try:
+                graph = graph_pass.run(graph)
+                if self.verify_each:
+                    verify_graph(graph)
+            except EmberError as e:
+                path = self._reproducer(graph_pass, before, e)
+                raise PassError(f"pass '{graph_pass.name}' failed: {e}\n"
+                                f"  reproducer: {path}") from e
+            self.timings.append(PassTiming(graph_pass.name, time.perf_counter() - start))
+            if self.print_after_all or graph_pass.name in self.print_after:
+                stream = self.print_stream or sys.stderr
+                stream.write(f"// ----- IR after {graph_pass.name} -----\n")
+                stream.write(print_graph(graph, constants=self.constants_mode))
+            self._dump(index, graph_pass.name, graph)
+        verify_graph(graph)
+        return graph
+
+    def _dump(self, index: int, name: str, graph: Graph) -> None:
+        if self.dump_dir:
+            path = Path(self.dump_dir) / f"{index:02d}-{name}.ir"
+            write_atomically(path, print_graph(graph, constants=self.constants_mode))
+
+    def _reproducer(self, graph_pass: GraphPass, before: tuple[str, dict], error: Exception
+                    ) -> Path:
+        root = Path(os.environ.get("EMBER_REPRO_DIR") or tempfile.gettempdir())
+        folder = Path(tempfile.mkdtemp(prefix=f"ember-repro-{graph_pass.name}-", dir=root))
+        body, constants = before
+        write_atomically(folder / "input.ir", body + format_constant_table(constants))
+        names = ",".join(p.name for p in self.pipeline)
+        write_atomically(folder / "README.txt",
+                         f"pass '{graph_pass.name}' failed in pipeline {names}:\n{error}\n\n"
+                         f"replay: python -m ember opt {folder / 'input.ir'}"
+                         f" -p {graph_pass.name}\n")
+        return folder
+
+    def timing_report(self) -> str:
+        total = sum(t.seconds for t in self.timings) or 1e-12
+        lines = [f"{'pass':<16}{'ms':>10}{'%':>7}"]
+        for t in self.timings:
+            lines.append(f"{t.name:<16}{t.seconds * 1e3:>10.2f}{100 * t.seconds / total:>7.1f}")
+        lines.append(f"{'total':<16}{total * 1e3:>10.2f}")
+        return "\n".join(lines)
+
+
+def run_passes(graph: Graph, passes: Sequence[str], **options) -> Graph:
+    """Run the named passes over `graph` (options as for PassManager)."""
+    return PassManager(passes, **options).run(graph)
