@@ -61,7 +61,7 @@ UNARY_OPS = {
     "asinh": (np.arcsinh, FLOAT_TYPES, None, "inverse hyperbolic sine"),
     "acosh": (np.arccosh, FLOAT_TYPES, None, "inverse hyperbolic cosine"),
     "atanh": (np.arctanh, FLOAT_TYPES, None, "inverse hyperbolic tangent"),
-    "erf": (lambda x: _erf(x).astype(x.dtype), FLOAT_TYPES, None, "the error function"),
+    "erf": (lambda x: np.asarray(_erf(x), np.float64).astype(x.dtype), FLOAT_TYPES, None, "the error function"),
     "sigmoid": (_sigmoid, FLOAT_TYPES, None, "1 / (1 + e**-x)"),
     "floor": (np.floor, FLOAT_TYPES, None, "round toward -inf"),
     "ceil": (np.ceil, FLOAT_TYPES, None, "round toward +inf"),
