@@ -40,10 +40,10 @@ def broadcastable_to(shape: Sequence[int], target: Sequence[int]) -> bool:
 
 
 def normalize_axis(axis: int, rank: int, what: str = "axis") -> int:
-    """`axis` in [-rank, rank) as a non-negative index."""
-    if not -rank <= axis < max(rank, 1):
+    """`axis` in [-rank, rank) as a non-negative index (a scalar has no axis)."""
+    if not -rank <= axis < rank:
         raise ShapeError(f"{what} {axis} is out of range for rank {rank}")
-    return axis % max(rank, 1)
+    return axis % rank
 
 
 def normalize_axes(axes: Iterable[int], rank: int) -> tuple[int, ...]:
