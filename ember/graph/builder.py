@@ -100,7 +100,9 @@ class Builder:
         return make
 
     def _operands(self, operands: Sequence[Any]) -> list[Value]:
-        like = next((v for v in operands if isinstance(v, Value)), None)
+        # Numbers take the dtype of a non-bool operand when there is one (`where(c, x, 0.0)`).
+        values = [v for v in operands if isinstance(v, Value)]
+        like = next((v for v in values if v.dtype is not DType.bool), values[0] if values else None)
         values = []
         for v in operands:
             if isinstance(v, Value):

@@ -46,6 +46,13 @@ def normalize_axis(axis: int, rank: int, what: str = "axis") -> int:
     return axis % rank
 
 
+def axis_of(t: TensorType, axis: int, what: str = "operand") -> int:
+    """`axis` of `t` as a non-negative index; names `what` when `t` is a scalar."""
+    if t.rank == 0:
+        raise ShapeError(f"{what} must have rank >= 1, got {t}")
+    return normalize_axis(axis, t.rank)
+
+
 def normalize_axes(axes: Iterable[int], rank: int) -> tuple[int, ...]:
     normalized = [normalize_axis(a, rank) for a in axes]
     if len(set(normalized)) != len(normalized):

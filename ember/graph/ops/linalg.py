@@ -1,1 +1,228 @@
-"""(being written)"""
+"""Linear algebra ops: `matmul`, and N-d `conv` / `conv_transpose` with ONNX semantics.
+
+The window helpers here (per-axis parameters, output sizes, strided window views) are
+shared with the pooling ops. References compute as one batched matrix product per op
+(im2col for conv, col2im for conv_transpose) so that real models run in seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from ember.dtypes import FLOAT_TYPES, NUMERIC_TYPES
+from ember.errors import ShapeError
+from ember.graph.ir import TensorType
+from ember.graph.ops.common import broadcast_shapes, require_dtype, same_dtype
+from ember.graph.ops.registry import Attr, define
+
+# -- matmul ----------------------------------------------------------------------------
+
+
+def _matmul_infer(types, attrs):
+    a, b = types
+    dtype = same_dtype(types)
+    require_dtype(a, NUMERIC_TYPES)
+    if a.rank == 0 or b.rank == 0:
+        raise ShapeError(f"operands must have rank >= 1, got {a} and {b}")
+    # 1-D operands act as a row (left) or column (right) whose added dim is dropped.
+    a_shape = (1, *a.shape) if a.rank == 1 else a.shape
+    b_shape = (*b.shape, 1) if b.rank == 1 else b.shape
+    if a_shape[-1] != b_shape[-2]:
+        raise ShapeError(f"contracted dims differ: {a} has {a_shape[-1]}, {b} has"
+                         f" {b_shape[-2]}")
+    batch = broadcast_shapes(a_shape[:-2], b_shape[:-2])
+    rows = (a_shape[-2],) if a.rank > 1 else ()
+    cols = (b_shape[-1],) if b.rank > 1 else ()
+    return TensorType(dtype, (*batch, *rows, *cols))
+
+
+define("matmul", arity=2, infer=_matmul_infer, reference=np.matmul, traits=("pure",),
+       summary="matrix product with NumPy semantics (batch dims broadcast)", family="linalg")
+
+# -- window geometry, shared with pool.py ------------------------------------------------
+
+
+def per_axis(values: Sequence[int], nd: int, default: int, what: str,
+             minimum: int = 1) -> tuple[int, ...]:
+    """`values` checked to have `nd` entries, each >= minimum; `default`s when empty."""
+    if not values:
+        return (default,) * nd
+    if len(values) != nd:
+        raise ShapeError(f"{what} must have {nd} entries, got {list(values)}")
+    if min(values) < minimum:
+        raise ShapeError(f"{what} must be >= {minimum}, got {list(values)}")
+    return tuple(values)
+
+
+def window_params(nd: int, strides: Sequence[int], pads: Sequence[int],
+                  dilations: Sequence[int] = ()):
+    """(strides, pads_begin, pads_end, dilations) for `nd` spatial axes, checked."""
+    strides = per_axis(strides, nd, 1, "strides")
+    dilations = per_axis(dilations, nd, 1, "dilations")
+    pads = per_axis(pads, 2 * nd, 0, "pads", minimum=0)
+    return strides, pads[:nd], pads[nd:], dilations
+
+
+def window_count(size: int, kernel: int, stride: int, pad_begin: int, pad_end: int,
+                 dilation: int, ceil_mode: bool = False, axis: int = 0) -> int:
+    """How many windows fit along one spatial axis (ONNX/PyTorch output size)."""
+    extent = dilation * (kernel - 1) + 1
+    span = size + pad_begin + pad_end - extent
+    if span < 0:
+        raise ShapeError(f"window extent {extent} is larger than the padded input"
+                         f" {size + pad_begin + pad_end} on spatial axis {axis}")
+    count = (-(-span // stride) if ceil_mode else span // stride) + 1
+    # PyTorch's rule (ONNX follows): the last window must start in the input or left pad.
+    if ceil_mode and (count - 1) * stride >= size + pad_begin:
+        count -= 1
+    return count
+
+
+def windows(x: np.ndarray, out: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
+            dilations: Sequence[int]) -> np.ndarray:
+    """A read-only view [N, C, *out, *kernel] of the windows of an already padded x."""
+    spatial = x.strides[2:]
+    return as_strided(x, (*x.shape[:2], *out, *kernel),
+                      (*x.strides[:2], *(t * s for t, s in zip(spatial, strides)),
+                       *(t * d for t, d in zip(spatial, dilations))), writeable=False)
+
+
+def _channel_check(x: TensorType, w: TensorType, bias: TensorType | None, groups: int,
+                   in_channels: int, out_channels: int) -> None:
+    """The checks conv and conv_transpose share: dtypes, channel counts, groups, bias."""
+    same_dtype([x, w] + ([bias] if bias else []))
+    require_dtype(x, FLOAT_TYPES)
+    if groups < 1:
+        raise ShapeError(f"groups must be >= 1, got {groups}")
+    if x.shape[1] != in_channels:
+        raise ShapeError(f"x has {x.shape[1]} channels, but the weight {w} with {groups}"
+                         f" group(s) expects {in_channels}")
+    for what, count in (("input", in_channels), ("output", out_channels)):
+        if count % groups:
+            raise ShapeError(f"{count} {what} channels do not split into {groups} groups")
+    if bias is not None and bias.shape != (out_channels,):
+        raise ShapeError(f"bias must have shape [{out_channels}], got {bias}")
+
+
+def _conv_ranks(types) -> None:
+    x, w = types[:2]
+    if x.rank < 3:
+        raise ShapeError(f"x must be [N, C, *spatial] with at least one spatial axis, got {x}")
+    if w.rank != x.rank:
+        raise ShapeError(f"weight rank must match x rank {x.rank}, got {w}")
+    if min(w.shape[2:]) < 1:
+        raise ShapeError(f"the kernel must not be empty, got weight {w}")
+
+
+# -- conv ------------------------------------------------------------------------------
+
+WINDOW_ATTRS = {"strides": Attr("ints", ()), "pads": Attr("ints", ()),
+                "dilations": Attr("ints", ())}
+
+
+def _conv_infer(types, attrs):
+    _conv_ranks(types)
+    x, w, bias = (*types, None)[:3]
+    groups = attrs["groups"]
+    _channel_check(x, w, bias, groups, w.shape[1] * groups, w.shape[0])
+    nd = x.rank - 2
+    strides, pb, pe, dilations = window_params(nd, attrs["strides"], attrs["pads"],
+                                               attrs["dilations"])
+    out = [window_count(*args, axis=i) for i, args in
+           enumerate(zip(x.shape[2:], w.shape[2:], strides, pb, pe, dilations))]
+    return TensorType(x.dtype, (x.shape[0], w.shape[0], *out))
+
+
+def _conv_reference(x, w, bias=None, *, strides, pads, dilations, groups):
+    nd = x.ndim - 2
+    strides, pb, pe, dilations = window_params(nd, strides, pads, dilations)
+    kernel = w.shape[2:]
+    out = [window_count(*args) for args in
+           zip(x.shape[2:], kernel, strides, pb, pe, dilations)]
+    n, c, m, g = x.shape[0], x.shape[1], w.shape[0], groups
+    padded = np.pad(x, [(0, 0), (0, 0), *zip(pb, pe)])
+    view = windows(padded, out, kernel, strides, dilations)
+    # im2col: [g, N*out, C/g*kernel] (a copy), times the weights as [g, C/g*kernel, M/g].
+    view = view.reshape(n, g, c // g, *out, *kernel)
+    perm = (1, 0, *range(3, 3 + nd), 2, *range(3 + nd, 3 + 2 * nd))
+    cols = view.transpose(perm).reshape(g, n * math.prod(out), -1)
+    y = cols @ w.reshape(g, m // g, -1).transpose(0, 2, 1)
+    y = y.reshape(g, n, math.prod(out), m // g).transpose(1, 0, 3, 2).reshape(n, m, *out)
+    if bias is not None:
+        y = y + bias.reshape(m, *(1,) * nd)
+    return np.ascontiguousarray(y)
+
+
+define("conv", arity=(2, 3), infer=_conv_infer, reference=_conv_reference,
+       attrs={**WINDOW_ATTRS, "groups": Attr("int", 1)}, traits=("pure",),
+       summary="N-d convolution (ONNX Conv): x [N,C,*S], w [M,C/groups,*K], bias [M]",
+       family="linalg")
+
+# -- conv_transpose ----------------------------------------------------------------------
+
+
+def _transpose_geometry(in_spatial, kernel, attrs):
+    """(strides, pads_begin, dilations, output spatial sizes) of a conv_transpose."""
+    nd = len(in_spatial)
+    strides, pb, pe, dilations = window_params(nd, attrs["strides"], attrs["pads"],
+                                               attrs["dilations"])
+    extra = per_axis(attrs["output_padding"], nd, 0, "output_padding", minimum=0)
+    out = []
+    for i in range(nd):
+        if extra[i] >= max(strides[i], dilations[i]):
+            raise ShapeError(f"output_padding {list(extra)} must be smaller than the stride"
+                             f" or the dilation on each axis")
+        size = ((in_spatial[i] - 1) * strides[i] - pb[i] - pe[i]
+                + dilations[i] * (kernel[i] - 1) + extra[i] + 1)
+        if size < 1:
+            raise ShapeError(f"output size {size} on spatial axis {i} is not positive")
+        out.append(size)
+    return strides, pb, dilations, out
+
+
+def _conv_transpose_infer(types, attrs):
+    _conv_ranks(types)
+    x, w, bias = (*types, None)[:3]
+    groups = attrs["groups"]
+    _channel_check(x, w, bias, groups, w.shape[0], w.shape[1] * groups)
+    out = _transpose_geometry(x.shape[2:], w.shape[2:], attrs)[3]
+    return TensorType(x.dtype, (x.shape[0], w.shape[1] * groups, *out))
+
+
+def _conv_transpose_reference(x, w, bias=None, **attrs):
+    nd = x.ndim - 2
+    in_spatial, kernel = x.shape[2:], w.shape[2:]
+    strides, pb, dilations, out = _transpose_geometry(in_spatial, kernel, attrs)
+    n, c, g, mg = x.shape[0], x.shape[1], attrs["groups"], w.shape[1]
+    # cols [N, M, *in, *kernel]: what every input pixel adds at every kernel offset.
+    rows = x.reshape(n, g, c // g, -1).transpose(1, 0, 3, 2).reshape(g, -1, c // g)
+    cols = rows @ w.reshape(g, c // g, -1)  # [g, N*in, M/g*kernel]
+    cols = cols.reshape(g, n, *in_spatial, mg, *kernel)
+    perm = (1, 0, 2 + nd, *range(2, 2 + nd), *range(3 + nd, 3 + 2 * nd))
+    cols = cols.transpose(perm).reshape(n, g * mg, *in_spatial, *kernel)
+    # col2im: scatter-add each kernel offset into a buffer covering every touched pixel
+    # and the output window, then crop the begin pads.
+    touched = [(i - 1) * s + d * (k - 1) + 1
+               for i, s, d, k in zip(in_spatial, strides, dilations, kernel)]
+    buf = np.zeros((n, g * mg, *(max(t, p + o) for t, p, o in zip(touched, pb, out))),
+                   dtype=cols.dtype)
+    for offset in np.ndindex(*kernel):
+        where = tuple(slice(k * d, k * d + (i - 1) * s + 1, s) for k, d, i, s
+                      in zip(offset, dilations, in_spatial, strides))
+        buf[(..., *where)] += cols[(..., *offset)]
+    y = buf[(..., *(slice(p, p + o) for p, o in zip(pb, out)))]
+    if bias is not None:
+        y = y + bias.reshape(-1, *(1,) * nd)
+    return np.ascontiguousarray(y)
+
+
+define("conv_transpose", arity=(2, 3), infer=_conv_transpose_infer,
+       reference=_conv_transpose_reference,
+       attrs={**WINDOW_ATTRS, "groups": Attr("int", 1), "output_padding": Attr("ints", ())},
+       traits=("pure",),
+       summary="N-d transposed convolution (ONNX ConvTranspose, explicit pads):"
+               " w [C,M/groups,*K]", family="linalg")

@@ -14,9 +14,8 @@ import numpy as np
 from ember.dtypes import NUMERIC_TYPES, DType
 from ember.errors import ShapeError
 from ember.graph.ir import TensorType
-from ember.graph.ops.common import normalize_axes, require_dtype
+from ember.graph.ops.common import axis_of, normalize_axes, require_dtype
 from ember.graph.ops.registry import Attr, define
-from ember.graph.ops.shape import axis_of
 
 
 def reduced_shape(shape: Sequence[int], axes: Sequence[int], keepdims: bool) -> tuple[int, ...]:
@@ -29,8 +28,6 @@ def reduced_shape(shape: Sequence[int], axes: Sequence[int], keepdims: bool) -> 
 def _reduce_infer(types, attrs):
     (x,) = types
     require_dtype(x, NUMERIC_TYPES)
-    if x.rank == 0 and attrs["axes"]:  # normalize_axes would accept axis 0 of a scalar
-        raise ShapeError(f"axes {list(attrs['axes'])} are out of range for rank 0")
     axes = normalize_axes(attrs["axes"], x.rank)
     return x.with_shape(reduced_shape(x.shape, axes, attrs["keepdims"]))
 

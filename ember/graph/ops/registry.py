@@ -127,7 +127,7 @@ def convert_attr(key: str, spec: Attr, value: Any) -> Any:
         if kind == "dtype":
             if isinstance(value, DType):
                 return value
-            if isinstance(value, str):
+            if isinstance(value, str) and value in DType.__members__:
                 return DType(value)
             raise bad("expected a dtype")
         if kind == "ints":

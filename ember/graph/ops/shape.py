@@ -17,6 +17,7 @@ from ember.dtypes import NUMERIC_TYPES, DType
 from ember.errors import ShapeError
 from ember.graph.ir import TensorType
 from ember.graph.ops.common import (
+    axis_of,
     broadcastable_to,
     normalize_axis,
     require_dtype,
@@ -26,14 +27,6 @@ from ember.graph.ops.common import (
 from ember.graph.ops.registry import Attr, define
 
 INDEX_TYPES = frozenset({DType.i32, DType.i64})
-
-
-def axis_of(t: TensorType, axis: int, what: str = "operand") -> int:
-    """`axis` of `t` as a non-negative index. normalize_axis accepts axis 0 of a scalar,
-    but these ops need a real axis."""
-    if t.rank == 0:
-        raise ShapeError(f"{what} must have rank >= 1, got {t}")
-    return normalize_axis(axis, t.rank)
 
 
 def _dims(shape: tuple[int, ...]) -> tuple[int, ...]:
