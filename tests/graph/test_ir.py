@@ -44,7 +44,8 @@ def test_builder_infers_types_and_names_errors_with_origin() -> None:
     b = Builder("bad")
     a = b.input("a", DType.f32, (2, 3))
     i = b.input("i", DType.i32, (2, 3))
-    with pytest.raises(ShapeError, match=r"graph.add \(onnx node 'Add_7'\): operands must have one"):
+    with pytest.raises(ShapeError,
+                       match=r"graph.add \(onnx node 'Add_7'\): operands must have one"):
         b.add(a, i, loc="onnx node 'Add_7'")
     with pytest.raises(ShapeError, match="has dtype i32, expected one of"):
         b.exp(i)
