@@ -4,9 +4,11 @@ from ember.graph.ops import (  # noqa: F401  (registration)
     composite,
     control,
     elementwise,
+    indexing,
     linalg,
     pool,
     reduce,
+    sampling,
     shape,
 )
 from ember.graph.ops.registry import Attr, OpDef, all_opdefs, define, get_opdef, has_op

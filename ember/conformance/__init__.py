@@ -1,0 +1,1 @@
+"""Conformance suites: the ONNX backend test suite (and, later, PyTorch's OpInfo samples)."""

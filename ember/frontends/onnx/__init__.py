@@ -1,0 +1,1 @@
+"""The ONNX frontend: importer, per-op converters (ops/), and the Backend API."""
