@@ -14,7 +14,14 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from ember.conformance.onnx_suite import model_cases, node_cases, run_case
+from ember.conformance.onnx_suite import (
+    light_models,
+    model_cases,
+    node_cases,
+    run_case,
+    run_light_random,
+    run_light_shipped,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 RATCHET = ROOT / "tests" / "conformance" / "onnx" / "node_ratchet.txt"
@@ -80,8 +87,14 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 r = run_case(case, args.executor)
                 model_results.append((kind, r))
-                print(f"{kind:<18} {r.status:<12} {name}"
-                      + (f"  {r.detail.splitlines()[0][:150]}" if r.status != "pass" else ""))
+                _print_model(kind, r)
+        for name in light_models():
+            if pattern and not pattern.search(f"light_{name}"):
+                continue
+            for kind, run in (("light", run_light_shipped), ("light-random", run_light_random)):
+                r = run(name, args.executor)
+                model_results.append((kind, r))
+                _print_model(kind, r)
 
     if args.update_ratchet and pattern is None:
         ratchet = sorted(set(read_ratchet()) | {r.name for r in core if r.status == "pass"})
@@ -93,6 +106,11 @@ def main(argv: list[str] | None = None) -> int:
         DOC.write_text(report(core, all_ops, model_results))
         print(f"wrote {DOC.relative_to(ROOT)}")
     return 0
+
+
+def _print_model(kind: str, r) -> None:
+    why = f"  {r.detail.splitlines()[0][:150]}" if r.status != "pass" and r.detail else ""
+    print(f"{kind:<18} {r.status:<12} {r.name} ({r.seconds:.1f}s){why}")
 
 
 def report(core, all_ops, model_results) -> str:

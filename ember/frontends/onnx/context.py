@@ -100,8 +100,9 @@ class ConvertContext:
     """What a converter sees of one ONNX node."""
 
     def __init__(self, importer: Importer, node: onnx.NodeProto, inputs: list[Value | None],
-                 opset: int, builder: Builder):
+                 opset: int, builder: Builder, scope: Any = None):
         self.importer = importer
+        self.scope = scope  # ONNX names visible here; subgraph converters extend it
         self.node = node
         self.inputs = inputs
         self.opset = opset
@@ -194,6 +195,12 @@ class ConvertContext:
     # -- helpers for converters ------------------------------------------------------------------
     def constant(self, array: Any, dtype: DType | None = None) -> Value:
         return self.b.constant(np.asarray(array, dtype=dtype.np if dtype else None))
+
+    def subgraph(self, graph: onnx.GraphProto, builder: Builder, args: Sequence[Value]
+                 ) -> list[Value]:
+        """Convert a body graph (If branch, Loop/Scan body) into `builder`'s region, its
+        inputs bound to `args`; it sees the names of the graphs around it."""
+        return self.importer.convert_subgraph(graph, builder, self.scope, args)
 
 
 def evaluate_constant(value: Value, graph_constants: dict, cache: dict[Value, Any],

@@ -164,7 +164,7 @@ class Importer:
         fn = find_converter(node.op_type, domain, opset)
         loc = f"onnx {node.op_type} '{node.name}'" if node.name else f"onnx {node.op_type}"
         node_builder = Builder(graph=builder.graph, region=builder.region, loc=loc)
-        ctx = ConvertContext(self, node, inputs, opset, node_builder)
+        ctx = ConvertContext(self, node, inputs, opset, node_builder, scope)
         try:
             results = fn(ctx)
         except EmberError as e:
