@@ -42,6 +42,7 @@ def node_cases() -> dict[str, object]:
         return {c.name: c for c in load_node_model_tests()}
 
 
+@cache
 def model_cases(kind: str) -> dict[str, object]:
     return {c.name: c for c in load_model_tests(kind=kind)}
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
+from onnx.backend.test.case.node import function_expand_helper
 
 from ember.errors import EmberError, ShapeError, UnsupportedOpError
 from ember.frontends.onnx.context import (
@@ -113,7 +114,8 @@ class Importer:
         for node in _all_nodes(self.model.graph):
             domain = "" if node.domain == "ai.onnx" else node.domain
             opset = self.opsets.get(domain)
-            if opset is None or find_converter(node.op_type, domain, opset) is None:
+            if opset is None or (find_converter(node.op_type, domain, opset) is None
+                                 and function_schema(node, opset) is None):
                 missing.setdefault((domain or "ai.onnx", node.op_type, opset or 0),
                                    []).append(node.name or "(unnamed)")
         if missing:
@@ -156,12 +158,20 @@ class Importer:
         for node in nodes:
             self.convert_node(node, builder, scope)
 
-    def convert_node(self, node: onnx.NodeProto, builder: Builder, scope: Scope) -> None:
+    def convert_node(self, node: onnx.NodeProto, builder: Builder, scope: Scope,
+                     opsets: Mapping[str, int] | None = None) -> None:
         domain = "" if node.domain == "ai.onnx" else node.domain
-        opset = self.opsets[domain]
+        opsets = opsets or self.opsets
+        if domain not in opsets:
+            raise UnsupportedOpError(f"{node.op_type}: the model imports no opset of domain"
+                                     f" '{domain or 'ai.onnx'}'")
+        opset = opsets[domain]
         inputs = [self.lookup(scope, name, f"{self.describe_node(node, opset)} input")
                   if name else None for name in node.input]
         fn = find_converter(node.op_type, domain, opset)
+        if fn is None:
+            self.expand_function(node, opset, inputs, builder, scope)
+            return
         loc = f"onnx {node.op_type} '{node.name}'" if node.name else f"onnx {node.op_type}"
         node_builder = Builder(graph=builder.graph, region=builder.region, loc=loc)
         ctx = ConvertContext(self, node, inputs, opset, node_builder, scope)
@@ -181,6 +191,41 @@ class Importer:
             if value.name is None:
                 value.name = sanitize_name(name)
             scope[name] = value
+
+    def expand_function(self, node: onnx.NodeProto, opset: int, inputs: list[Value | None],
+                        builder: Builder, scope: Scope) -> None:
+        """Convert an op that has no converter through the function body of its ONNX schema
+        (Gelu, Celu, Range, ... are defined as functions of primitive ops)."""
+        schema = function_schema(node, opset)
+        if schema is None:
+            raise UnsupportedOpError(f"{self.describe_node(node, opset)}: no converter")
+        versions = [v for v in (schema.function_opset_versions
+                                or schema.context_dependent_function_opset_versions)
+                    if v <= opset]
+        if not versions:
+            raise UnsupportedOpError(f"{self.describe_node(node, opset)}: its function body"
+                                     f" needs a newer opset")
+        version = max(versions)
+        if schema.has_function:
+            body = schema.get_function_with_opset_version(version)
+        else:
+            types = [onnx.helper.make_tensor_type_proto(
+                onnx.helper.np_dtype_to_tensor_dtype(v.dtype.np), v.shape).SerializeToString()
+                if v is not None else onnx.TypeProto().SerializeToString() for v in inputs]
+            body = schema.get_context_dependent_function_with_opset_version(
+                version, node.SerializeToString(), types)
+        function = onnx.FunctionProto.FromString(body)
+        expanded = onnx.NodeProto()
+        expanded.CopyFrom(node)
+        given = {a.name for a in node.attribute}
+        for name, attr in schema.attributes.items():
+            if name not in given and attr.default_value.name:
+                expanded.attribute.append(attr.default_value)
+        prefix = f"{node.name or node.output[0]}::{node.op_type}::"
+        body_opsets = {**self.opsets, **{("" if o.domain == "ai.onnx" else o.domain): o.version
+                                         for o in function.opset_import}}
+        for inner in function_expand_helper(expanded, function, prefix):
+            self.convert_node(inner, builder, scope, body_opsets)
 
     def convert_subgraph(self, graph: onnx.GraphProto, builder: Builder, scope: Scope,
                          args: Sequence[Value]) -> list[Value]:
@@ -224,6 +269,17 @@ class _Recorder(dict):
     def __getitem__(self, key):
         self.used.add(self.names[key])
         return super().__getitem__(key)
+
+
+def function_schema(node: onnx.NodeProto, opset: int):
+    """The ONNX schema of `node` when it defines the op as a function body, else None."""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
+    except onnx.defs.SchemaError:
+        return None
+    if schema.has_function or schema.has_context_dependent_function:
+        return schema
+    return None
 
 
 def _all_nodes(graph: onnx.GraphProto) -> Iterable[onnx.NodeProto]:

@@ -1,0 +1,140 @@
+"""The ONNX importer and Backend API: inputs, specialization, and every kind of bad model."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from ember import EmberError, ShapeError, UnsupportedOpError, interpret
+from ember.onnx import backend, import_model
+
+
+def make_model(nodes, inputs, outputs, initializers=(), opset=17) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "test", inputs, outputs, list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def add_relu_model(shape=("N", 4)) -> onnx.ModelProto:
+    return make_model(
+        [helper.make_node("Add", ["x", "b"], ["s"], name="add0"),
+         helper.make_node("Relu", ["s"], ["y"], name="relu0")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))],
+        [numpy_helper.from_array(np.array([1, -2, 3, -4], np.float32), "b")])
+
+
+def test_import_runs_and_keeps_names_and_origins() -> None:
+    graph = import_model(add_relu_model(), input_shapes={"x": (2, 4)})
+    x = np.array([[0, 0, 0, 0], [1, 1, 1, 1]], np.float32)
+    np.testing.assert_array_equal(interpret(graph, [x])[0], [[1, 0, 3, 0], [2, 0, 4, 0]])
+    text = str(graph)
+    assert "%x: f32[2,4]" in text and "%s = graph.add %x, %b" in text
+    assert "loc(\"onnx Add 'add0'\")" in text
+
+
+def test_symbolic_dims_need_input_shapes() -> None:
+    with pytest.raises(ShapeError, match="graph input 'x' has the symbolic dim 'N'"):
+        import_model(add_relu_model())
+
+
+def test_model_from_path_and_bytes(tmp_path) -> None:
+    model = add_relu_model((3, 4))
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    assert import_model(path).inputs[0].shape == (3, 4)
+    assert import_model(str(path)).inputs[0].shape == (3, 4)
+    assert import_model(model.SerializeToString()).inputs[0].shape == (3, 4)
+
+
+def _bad_files(tmp_path):
+    data = add_relu_model((3, 4)).SerializeToString()
+    files = {"text.onnx": b"this is not a model\n", "empty.onnx": b"",
+             "noise.onnx": np.random.default_rng(0).integers(0, 256, 4096, np.uint8).tobytes()}
+    for cut in (1, 7, len(data) // 3, len(data) // 2, len(data) - 3):
+        files[f"truncated_{cut}.onnx"] = data[:cut]
+    for name, content in files.items():
+        (tmp_path / name).write_bytes(content)
+    return sorted(tmp_path.iterdir())
+
+
+def test_truncated_corrupt_and_non_onnx_files_give_clear_errors(tmp_path) -> None:
+    for path in _bad_files(tmp_path):
+        with pytest.raises(EmberError) as info:
+            import_model(path)
+        assert str(path.name) in str(info.value) or "not a valid ONNX model" in str(info.value)
+    with pytest.raises(EmberError, match="no ONNX model at"):
+        import_model(tmp_path / "missing.onnx")
+    with pytest.raises(EmberError, match="expected an ONNX model or a path"):
+        import_model(42)
+
+
+def test_every_truncation_is_an_ember_error_or_a_model(tmp_path) -> None:
+    data = add_relu_model((3, 4)).SerializeToString()
+    for cut in range(0, len(data), 3):
+        try:
+            import_model(data[:cut])
+        except EmberError:
+            pass
+
+
+def test_dangling_input_name() -> None:
+    model = make_model([helper.make_node("Relu", ["nowhere"], ["y"], name="r")],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    with pytest.raises(EmberError, match="input 'nowhere' is not defined by any node"):
+        import_model(model)
+    model = make_model([helper.make_node("Relu", ["x"], ["y"], name="r")],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                       [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2])])
+    with pytest.raises(EmberError, match="graph output 'z' is not defined"):
+        import_model(model)
+
+
+def test_all_unsupported_ops_are_reported_at_once() -> None:
+    model = make_model(
+        [helper.make_node("FrobnicateA", ["x"], ["a"], name="fa"),
+         helper.make_node("Relu", ["a"], ["b"], name="r"),
+         helper.make_node("FrobnicateB", ["b"], ["c"], name="fb1"),
+         helper.make_node("FrobnicateB", ["c"], ["y"], name="fb2"),
+         helper.make_node("Custom", ["y"], ["z"], name="c", domain="com.example")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2])])
+    model.opset_import.append(helper.make_opsetid("com.example", 1))
+    with pytest.raises(UnsupportedOpError) as info:
+        import_model(model)
+    message = str(info.value)
+    assert "3 op(s)" in message
+    assert "FrobnicateA (domain ai.onnx, opset 17): nodes fa" in message
+    assert "FrobnicateB (domain ai.onnx, opset 17): nodes fb1, fb2" in message
+    assert "Custom (domain com.example, opset 1): nodes c" in message
+    with pytest.raises(UnsupportedOpError):  # the backend refuses at prepare time
+        backend.prepare(model)
+
+
+def test_unsupported_element_type() -> None:
+    model = make_model([helper.make_node("Identity", ["x"], ["y"])],
+                       [helper.make_tensor_value_info("x", TensorProto.STRING, [2])],
+                       [helper.make_tensor_value_info("y", TensorProto.STRING, [2])])
+    with pytest.raises(UnsupportedOpError, match="element type STRING"):
+        import_model(model)
+
+
+def test_backend_api() -> None:
+    model = add_relu_model((2, 4))
+    assert backend.supports_device("CPU") and not backend.supports_device("CUDA")
+    x = np.ones((2, 4), np.float32)
+    (y,) = backend.run_model(model, [x])
+    np.testing.assert_array_equal(y, np.maximum(x + [1, -2, 3, -4], 0))
+    (y,) = backend.prepare(model).run({"x": x})
+    assert y.shape == (2, 4)
+    node = helper.make_node("Add", ["a", "b"], ["c"])
+    (c,) = backend.run_node(node, [x, x])
+    np.testing.assert_array_equal(c, 2 * x)
+    with pytest.raises(ShapeError, match="takes 1 inputs, got 2"):
+        backend.prepare(model).run([x, x])
+    with pytest.raises(ShapeError, match="expected f32, got float64"):
+        backend.prepare(model).run([x.astype(np.float64)])
+    with pytest.raises(EmberError, match="unknown executor"):
+        backend.prepare(model, executor="tpu")
