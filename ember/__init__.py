@@ -1,10 +1,15 @@
 """Ember: an ML compiler written in Python.
 
-The graph IR (level 1) is the entry point in this release: build a graph with `Builder`,
-print and parse it, verify it, run it with the reference interpreter, and optimize it
-with the passes in `ember.passes`.
+    fast = ember.compile(model)            # a torch.nn.Module, an ONNX model, or a Graph
+    graph = ember.torch.export(model, (x,))  # or ember.onnx.import_model("model.onnx")
+
+Graphs are built with `Builder`, printed and parsed (`print_graph`, `parse_graph`),
+verified, run by the reference interpreter (`interpret`) and optimized by the passes in
+`ember.graph.passes` (run with `ember.driver.pass_manager`).
 """
 
+from ember.config import Config
+from ember.driver.compile import compile
 from ember.dtypes import DType
 from ember.errors import (
     BadAttributeError,
@@ -31,6 +36,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BadAttributeError",
     "Builder",
+    "Config",
     "DType",
     "EmberError",
     "Graph",
@@ -41,8 +47,18 @@ __all__ = [
     "TensorType",
     "UnsupportedOpError",
     "VerificationError",
+    "compile",
     "interpret",
     "parse_graph",
     "print_graph",
     "verify_graph",
 ]
+
+
+def __getattr__(name: str):
+    # `ember.torch` and `ember.onnx` import their (optional, heavy) frameworks on first use.
+    if name in ("torch", "onnx"):
+        import importlib
+
+        return importlib.import_module(f"ember.{name}")
+    raise AttributeError(f"module 'ember' has no attribute '{name}'")

@@ -1,0 +1,27 @@
+"""The one configuration object: part of every cache key (later phases add target, opt
+level, threads, tuning). Environment variables may set it: EMBER_BACKEND=interp."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from ember.errors import EmberError
+
+EXECUTORS = ("interp",)
+
+
+@dataclass(frozen=True)
+class Config:
+    # What runs the graph: the reference interpreter (the compiled CPU path is phase 3).
+    executor: str = field(default_factory=lambda: os.environ.get("EMBER_BACKEND") or "interp")
+    # How many input signatures one compiled callable keeps before evicting the oldest.
+    max_specializations: int = 8
+
+    def __post_init__(self) -> None:
+        if self.executor not in EXECUTORS:
+            raise EmberError(f"unknown executor '{self.executor}' (available:"
+                             f" {', '.join(EXECUTORS)}; the compiled CPU executor arrives with"
+                             " the loop IR and code generation)")
+        if self.max_specializations < 1:
+            raise EmberError("max_specializations must be at least 1")

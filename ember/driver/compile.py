@@ -1,0 +1,140 @@
+"""`ember.compile`: the one entry point for every frontend.
+
+    fast = ember.compile(model)                 # an nn.Module
+    out = fast(x)                               # same output structure as model(x)
+    run = ember.compile("model.onnx")           # an ONNX model: run([x]) -> outputs
+    fn = ember.compile(graph)                   # a graph: fn(*arrays) -> list of arrays
+
+A compiled module specializes on the shapes and dtypes of its inputs, and recompiles on a
+new signature, keeping the most recent `Config.max_specializations`. Ops Ember does not
+support run in eager PyTorch (with a warning) unless `strict=True`.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from ember.config import Config
+from ember.errors import EmberError, UnsupportedOpError
+from ember.graph.interp import interpret
+from ember.graph.ir import Graph
+
+
+def compile(obj: Any, example_inputs: Any = None, *, config: Config | None = None,
+            strict: bool = False) -> Any:
+    """Compile a torch.nn.Module, an ONNX model (ModelProto, path or bytes) or a Graph."""
+    config = config or Config()
+    if isinstance(obj, Graph):
+        return CompiledGraph(obj)
+    if _is_torch_module(obj):
+        compiled = CompiledModule(obj, config, strict)
+        if example_inputs is not None:
+            args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+            compiled.specialize(args, {})
+        return compiled
+    if _is_onnx(obj):
+        from ember.frontends.onnx.backend import EmberRep
+        from ember.frontends.onnx.importer import load_model
+
+        return EmberRep(load_model(obj), config.executor)
+    raise EmberError(f"cannot compile a {type(obj).__name__}: expected a torch.nn.Module,"
+                     " an ONNX model or path, or an ember Graph")
+
+
+def _is_torch_module(obj: Any) -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return isinstance(obj, torch.nn.Module)
+
+
+def _is_onnx(obj: Any) -> bool:
+    if isinstance(obj, (str, os.PathLike)):
+        return str(obj).endswith(".onnx")
+    if isinstance(obj, (bytes, bytearray)):
+        return True
+    return type(obj).__name__ == "ModelProto"
+
+
+class CompiledGraph:
+    """A graph as a function of NumPy arrays (inputs checked against the graph's types)."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+
+    def __call__(self, *arrays: Any) -> list[np.ndarray]:
+        return interpret(self.graph, list(arrays))
+
+
+class CompiledModule:
+    """An nn.Module compiled per input signature; called like the module."""
+
+    def __init__(self, module: Any, config: Config, strict: bool):
+        self.module = module
+        self.config = config
+        self.strict = strict
+        self.cache: OrderedDict[tuple, Any] = OrderedDict()
+        self.compilations = 0
+
+    @staticmethod
+    def signature(args: tuple, kwargs: dict) -> tuple:
+        import torch
+
+        leaves, spec = torch.utils._pytree.tree_flatten((args, kwargs))
+        return (str(spec),) + tuple(
+            (str(x.dtype), tuple(x.shape)) if isinstance(x, torch.Tensor) else ("value", repr(x))
+            for x in leaves)
+
+    def specialize(self, args: tuple, kwargs: dict) -> Any:
+        key = self.signature(args, kwargs)
+        if key in self.cache:
+            self.cache.move_to_end(key)
+            return self.cache[key]
+        runner = self._build(args, kwargs)
+        self.compilations += 1
+        self.cache[key] = runner
+        while len(self.cache) > self.config.max_specializations:
+            self.cache.popitem(last=False)
+        return runner
+
+    def _build(self, args: tuple, kwargs: dict) -> Any:
+        from ember.frontends.torch.export import capture_program, import_program
+
+        program, spec = capture_program(self.module, args, kwargs)
+        try:
+            return _ModuleRunner(import_program(program), spec)
+        except UnsupportedOpError:
+            if self.strict:
+                raise
+        from ember.frontends.torch.fallback import FallbackRunner
+
+        runner = FallbackRunner(program)
+        warnings.warn(f"ember: {type(self.module).__name__} runs {runner.describe()} in eager"
+                      " PyTorch", stacklevel=3)
+        return _ModuleRunner(runner, spec)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        runner = self.specialize(args, kwargs)
+        return runner(args, kwargs)
+
+
+class _ModuleRunner:
+    """Flattens the call's tensors, runs the graph, rebuilds the module's output structure."""
+
+    def __init__(self, graph_runner: Any, out_spec: Any):
+        self.graph_runner = graph_runner
+        self.out_spec = out_spec
+
+    def __call__(self, args: tuple, kwargs: dict) -> Any:
+        import torch
+
+        leaves = [x for x in torch.utils._pytree.tree_leaves((args, kwargs))
+                  if isinstance(x, torch.Tensor)]
+        outputs = self.graph_runner(*leaves)
+        return torch.utils._pytree.tree_unflatten(list(outputs), self.out_spec)

@@ -1,0 +1,164 @@
+"""The interface between the FX importer and the ATen op converters.
+
+A converter is `fn(ctx, *args, **kwargs)` registered for ATen overloads with
+`@aten("add.Tensor", "add.Scalar")`; it receives the FX node's arguments with tensor
+nodes replaced by graph IR Values (Python scalars, lists, dtypes stay as they are), emits
+ops with `ctx.b` and returns the node's result (a Value, or a tuple/list of them).
+`ctx.result_type(i)` is the type PyTorch's tracing recorded for the result, which settles
+dtype promotion and shapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ember.dtypes import DType
+from ember.errors import EmberError, UnsupportedOpError
+from ember.graph.builder import Builder
+from ember.graph.ir import TensorType, Value
+
+Converter = Callable[..., Any]
+_CONVERTERS: dict[str, Converter] = {}
+
+_TORCH_TO_DTYPE = {
+    torch.float16: DType.f16, torch.bfloat16: DType.bf16, torch.float32: DType.f32,
+    torch.float64: DType.f64, torch.int8: DType.i8, torch.int16: DType.i16,
+    torch.int32: DType.i32, torch.int64: DType.i64, torch.uint8: DType.u8,
+    torch.uint16: DType.u16, torch.uint32: DType.u32, torch.uint64: DType.u64,
+    torch.bool: DType.bool,
+}
+_DTYPE_TO_TORCH = {v: k for k, v in _TORCH_TO_DTYPE.items()}
+
+
+def aten(*overloads: str) -> Callable[[Converter], Converter]:
+    """Register a converter for ATen overloads named like "add.Tensor" or "relu.default"."""
+
+    def register(fn: Converter) -> Converter:
+        for name in overloads:
+            assert name not in _CONVERTERS, f"two converters for aten.{name}"
+            _CONVERTERS[name] = fn
+        return fn
+
+    return register
+
+
+def overload_name(target: Any) -> str:
+    """"add.Tensor" for torch.ops.aten.add.Tensor; the python name for other callables."""
+    if isinstance(target, torch._ops.OpOverload):
+        packet = target._overloadpacket.__name__
+        return f"{packet}.{target._overloadname}"
+    return getattr(target, "__name__", str(target))
+
+
+def find_converter(target: Any) -> Converter | None:
+    _load()
+    if isinstance(target, torch._ops.OpOverload) and target.namespace != "aten":
+        return None
+    return _CONVERTERS.get(overload_name(target))
+
+
+def supported_overloads() -> list[str]:
+    _load()
+    return sorted(_CONVERTERS)
+
+
+def _load() -> None:
+    from ember.frontends.torch import aten_ops  # noqa: F401  (registration)
+
+
+def to_dtype(dtype: torch.dtype, what: str = "tensor") -> DType:
+    try:
+        return _TORCH_TO_DTYPE[dtype]
+    except KeyError:
+        raise UnsupportedOpError(f"{what} has dtype {dtype}, which Ember does not support"
+                                 ) from None
+
+
+def to_torch_dtype(dtype: DType) -> torch.dtype:
+    return _DTYPE_TO_TORCH[dtype]
+
+
+def tensor_type(val: Any, what: str = "tensor") -> TensorType:
+    """The TensorType of a (fake) tensor from an FX node's meta."""
+    if not isinstance(val, torch.Tensor):
+        raise UnsupportedOpError(f"{what} is a {type(val).__name__}, not a tensor")
+    shape = []
+    for d in val.shape:
+        if not isinstance(d, int):
+            try:
+                d = int(d)
+            except (TypeError, ValueError):
+                raise UnsupportedOpError(f"{what} has a symbolic dim {d}; Ember specializes"
+                                         " on static shapes") from None
+        shape.append(d)
+    return TensorType(to_dtype(val.dtype, what), tuple(shape))
+
+
+def to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A NumPy copy of a real tensor (bf16 through ml_dtypes)."""
+    tensor = tensor.detach().cpu().contiguous()
+    dtype = to_dtype(tensor.dtype)
+    if dtype is DType.bf16:
+        return tensor.view(torch.int16).numpy().view(DType.bf16.np).copy()
+    return tensor.numpy().copy()
+
+
+class ConvertContext:
+    """What a converter sees of one FX node."""
+
+    def __init__(self, node: torch.fx.Node, builder: Builder):
+        self.node = node
+        self.b = builder
+
+    @property
+    def where(self) -> str:
+        return self.b.loc or f"FX node {self.node.name}"
+
+    def unsupported(self, why: str) -> UnsupportedOpError:
+        return UnsupportedOpError(f"aten.{overload_name(self.node.target)} ({self.where}):"
+                                  f" {why}")
+
+    def result_type(self, index: int | None = None) -> TensorType:
+        """The type of the node's result (of result `index` for tuple results)."""
+        val = self.node.meta.get("val")
+        if index is not None:
+            val = val[index]
+        return tensor_type(val, f"result of {self.node.name}")
+
+    def arg_meta(self, index: int) -> Any:
+        arg = self.node.args[index]
+        return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
+
+    def constant(self, value: Any, dtype: DType) -> Value:
+        return self.b.constant(np.asarray(value, dtype=dtype.np))
+
+    def as_value(self, x: Any, dtype: DType) -> Value:
+        """`x` (a Value or a Python scalar) as a Value of `dtype`, cast when needed."""
+        if isinstance(x, Value):
+            return x if x.dtype is dtype else self.b.cast(x, to=dtype)
+        if isinstance(x, (bool, int, float)):
+            return self.constant(x, dtype)
+        raise self.unsupported(f"expected a tensor or a number, got {type(x).__name__}")
+
+    def promoted(self, a: Any, b: Any) -> DType:
+        """The dtype PyTorch computes a binary op on `a` and `b` (tensors or scalars) in."""
+        metas = [x.meta.get("val") if isinstance(x, torch.fx.Node) else x for x in (a, b)]
+        return to_dtype(torch.result_type(*metas))
+
+
+def check_result(ctx: ConvertContext, results: Sequence[Value]) -> None:
+    """Each result must have the type that PyTorch recorded for it."""
+    val = ctx.node.meta.get("val")
+    vals = val if isinstance(val, (tuple, list)) else [val]
+    for i, (value, meta) in enumerate(zip(results, vals)):
+        if value is None or not isinstance(meta, torch.Tensor):
+            continue
+        want = tensor_type(meta, f"result {i} of {ctx.node.name}")
+        if value.type != want:
+            raise EmberError(f"internal: the converter of aten.{overload_name(ctx.node.target)}"
+                             f" ({ctx.where}) produced {value.type}, PyTorch says {want}")
+

@@ -1,0 +1,66 @@
+"""Capture by tracing: torch.export, the core ATen decompositions, then the FX importer."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch.export.graph_signature import InputKind, OutputKind
+
+from ember.errors import EmberError, UnsupportedOpError
+from ember.frontends.torch.fx_importer import import_fx
+from ember.frontends.torch.runtime import GraphRunner
+from ember.graph.ir import Graph, sanitize_name
+
+
+def capture_program(module: torch.nn.Module, args: Sequence[Any], kwargs: dict | None = None
+                    ) -> tuple[torch.export.ExportedProgram, Any]:
+    """`module` exported in eval mode without gradients and decomposed to core ATen; also
+    the pytree spec of its output structure."""
+    if not isinstance(module, torch.nn.Module):
+        raise EmberError(f"expected a torch.nn.Module, got {type(module).__name__}")
+    module.eval()
+    try:
+        with torch.no_grad():
+            program = torch.export.export(module, tuple(args), dict(kwargs or {}))
+            program = program.run_decompositions()
+    except Exception as e:  # torch.export raises many kinds; all mean "cannot capture"
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise EmberError(f"torch.export could not capture {type(module).__name__} on these"
+                         f" inputs: {type(e).__name__}: {first}") from e
+    if any(s.kind != OutputKind.USER_OUTPUT for s in program.graph_signature.output_specs):
+        raise UnsupportedOpError(f"{type(module).__name__} mutates its buffers in forward;"
+                                 " Ember compiles inference graphs only")
+    return program, program.module_call_graph[0].signature.out_spec
+
+
+def program_constants(program: torch.export.ExportedProgram) -> dict[str, torch.Tensor]:
+    """Placeholder name -> tensor for the parameters, buffers and constants of `program`."""
+    constants = {}
+    for spec in program.graph_signature.input_specs:
+        if spec.kind == InputKind.USER_INPUT:
+            continue
+        if spec.kind not in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+            raise UnsupportedOpError(f"export input of kind {spec.kind.name} is not supported")
+        source = program.state_dict if spec.target in program.state_dict else program.constants
+        constants[spec.arg.name] = source[spec.target]
+    return constants
+
+
+def import_program(program: torch.export.ExportedProgram, name: str = "main") -> GraphRunner:
+    graph = import_fx(program.graph_module, program_constants(program), name)
+    return GraphRunner(graph)
+
+
+def export(module: torch.nn.Module, example_args: Sequence[Any],
+           example_kwargs: dict | None = None) -> Graph:
+    """The graph IR of `module` traced on the example inputs.
+
+    Parameters and buffers become constants; the graph's inputs are the tensors of
+    (example_args, example_kwargs) in pytree order. Each op's `loc` names its FX node and
+    Python source line.
+    """
+    program, _ = capture_program(module, example_args, example_kwargs)
+    return import_fx(program.graph_module, program_constants(program),
+                     sanitize_name(type(module).__name__) or "main")

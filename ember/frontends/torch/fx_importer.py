@@ -1,0 +1,120 @@
+"""Importing an FX graph of core ATen ops into the graph IR.
+
+Both doors use it: `ember.torch.export` (torch.export, then the core ATen decompositions)
+and the `ember` torch.compile backend (Dynamo, then AOT Autograd). Placeholders become
+graph inputs or constants, get_attr nodes constants, and each call_function node goes
+through the converter registered for its ATen overload (aten_*.py). Every op remembers
+the FX node and the Python source line it came from.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch.fx.node import map_arg
+
+from ember.errors import EmberError, UnsupportedOpError
+from ember.frontends.torch.context import (
+    ConvertContext,
+    check_result,
+    find_converter,
+    overload_name,
+    tensor_type,
+    to_numpy,
+)
+from ember.graph.builder import Builder, located
+from ember.graph.ir import Graph, Value
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)')
+
+
+def source_line(node: torch.fx.Node) -> str | None:
+    """`model.py:12 (forward): return self.fc(x)` for the innermost user frame, if known."""
+    trace = node.meta.get("stack_trace") or ""
+    frames = _FRAME.findall(trace)
+    if not frames:
+        return None
+    path, line, func, code = frames[-1]
+    return f"{path.rsplit('/', 1)[-1]}:{line} ({func}): {code.strip()}"
+
+
+def node_location(node: torch.fx.Node) -> str:
+    line = source_line(node)
+    return f"fx {node.name}" + (f" at {line}" if line else "")
+
+
+def unsupported_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    return [n for n in gm.graph.nodes if n.op == "call_function"
+            and n.target is not operator.getitem and find_converter(n.target) is None]
+
+
+def describe_unsupported(nodes: list[torch.fx.Node]) -> str:
+    lines = []
+    for node in nodes:
+        where = source_line(node)
+        lines.append(f"  aten.{overload_name(node.target)} (fx node {node.name}"
+                     + (f", {where}" if where else "") + ")")
+    return f"{len(nodes)} op(s) that Ember does not support:\n" + "\n".join(lines)
+
+
+def import_fx(gm: torch.fx.GraphModule, constants: Mapping[str, torch.Tensor] | None = None,
+              name: str = "main") -> Graph:
+    """Import `gm`; placeholders named in `constants` become constants, the rest inputs."""
+    missing = unsupported_nodes(gm)
+    if missing:
+        raise UnsupportedOpError("the graph uses " + describe_unsupported(missing))
+    constants = constants or {}
+    b = Builder(name)
+    env: dict[torch.fx.Node, Any] = {}
+    outputs: list[Value] = []
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            if node.name in constants:
+                env[node] = b.constant(to_numpy(constants[node.name]), name=node.name)
+            else:
+                t = tensor_type(node.meta.get("val"), f"input {node.name}")
+                env[node] = b.input(node.name, t.dtype, t.shape)
+        elif node.op == "get_attr":
+            attr = _fetch_attr(gm, node.target)
+            env[node] = b.constant(to_numpy(attr), name=node.name) if isinstance(
+                attr, torch.Tensor) else attr
+        elif node.op == "call_function":
+            env[node] = _convert(node, env, b)
+        elif node.op == "output":
+            flat = torch.utils._pytree.tree_leaves(node.args[0])
+            for item in flat:
+                value = env.get(item) if isinstance(item, torch.fx.Node) else None
+                if not isinstance(value, Value):
+                    raise UnsupportedOpError(f"graph output {item} is not a tensor")
+                outputs.append(value)
+        else:
+            raise UnsupportedOpError(f"FX node {node.name}: '{node.op}' nodes are not supported")
+    b.output(*outputs)
+    return b.build()
+
+
+def _convert(node: torch.fx.Node, env: dict, b: Builder) -> Any:
+    args = map_arg(node.args, lambda n: env[n])
+    kwargs = map_arg(node.kwargs, lambda n: env[n])
+    if node.target is operator.getitem:
+        return args[0][args[1]]
+    b.loc = node_location(node)
+    ctx = ConvertContext(node, b)
+    try:
+        result = find_converter(node.target)(ctx, *args, **kwargs)
+    except EmberError as e:
+        raise e if ctx.where in str(e) else located(e, f"aten.{overload_name(node.target)}"
+                                                      f" ({ctx.where})") from None
+    check_result(ctx, list(result) if isinstance(result, (tuple, list)) else [result])
+    return result
+
+
+def _fetch_attr(gm: torch.nn.Module, target: str) -> Any:
+    obj: Any = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj

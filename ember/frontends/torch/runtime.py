@@ -1,0 +1,58 @@
+"""Running an imported graph on torch tensors: NumPy views in, torch tensors out.
+
+The executor is the reference interpreter until the compiled CPU path lands; tensors
+cross the boundary without copies where NumPy can view them (contiguous CPU tensors).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from ember.dtypes import DType
+from ember.errors import ShapeError
+from ember.frontends.torch.context import to_dtype
+from ember.graph.interp import interpret
+from ember.graph.ir import Graph
+
+
+def tensor_to_array(tensor: torch.Tensor) -> np.ndarray:
+    """A NumPy view of a CPU tensor (a copy only when it is not contiguous)."""
+    if not isinstance(tensor, torch.Tensor):
+        return np.asarray(tensor)
+    tensor = tensor.detach()
+    if tensor.device.type != "cpu":
+        tensor = tensor.cpu()
+    if not tensor.is_contiguous():
+        tensor = tensor.contiguous()
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.int16).numpy().view(DType.bf16.np)
+    return tensor.numpy()
+
+
+def array_to_tensor(array: np.ndarray) -> torch.Tensor:
+    array = np.ascontiguousarray(array)
+    if array.dtype == DType.bf16.np:
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    if not array.flags.writeable:
+        array = array.copy()
+    return torch.from_numpy(array)
+
+
+class GraphRunner:
+    """Calls a graph with torch tensors; returns a list of tensors (or one tensor)."""
+
+    def __init__(self, graph: Graph, single_output: bool = False):
+        self.graph = graph
+        self.single_output = single_output
+
+    def __call__(self, *tensors: Any) -> Any:
+        arrays = []
+        for i, (value, tensor) in enumerate(zip(self.graph.inputs, tensors)):
+            if isinstance(tensor, torch.Tensor) and to_dtype(tensor.dtype) is not value.dtype:
+                raise ShapeError(f"input {i}: expected {value.dtype}, got {tensor.dtype}")
+            arrays.append(tensor_to_array(tensor))
+        outputs = [array_to_tensor(a) for a in interpret(self.graph, arrays)]
+        return outputs[0] if self.single_output else outputs

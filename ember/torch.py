@@ -1,0 +1,10 @@
+"""`ember.torch`: capture PyTorch modules as graph IR.
+
+    graph = ember.torch.export(module, (x,))                 # torch.export, core ATen
+    fast = torch.compile(module, backend="ember")            # the torch.compile backend
+"""
+
+from ember.frontends.torch.dynamo import counters, ember_backend
+from ember.frontends.torch.export import export
+
+__all__ = ["counters", "ember_backend", "export"]
