@@ -57,7 +57,7 @@ def case_ops(case) -> tuple[str, ...]:
 def _data_sets(case) -> Iterable[tuple[list[np.ndarray], list[np.ndarray]]]:
     if case.data_sets is not None:
         for inputs, outputs in case.data_sets:
-            yield list(inputs), list(outputs)
+            yield [_as_array(x) for x in inputs], [_as_array(x) for x in outputs]
         return
     model_dir = Path(case.model_dir)
     for folder in sorted(model_dir.glob("test_data_set*")):
@@ -69,6 +69,11 @@ def _data_sets(case) -> Iterable[tuple[list[np.ndarray], list[np.ndarray]]]:
     for npz in sorted(model_dir.glob("test_data_*.npz")):
         data = np.load(npz, encoding="bytes")
         yield list(data["inputs"]), list(data["outputs"])
+
+
+def _as_array(x) -> np.ndarray:
+    # Some in-memory cases hold TensorProtos (bf16, f16 cast cases), as onnx's runner knows.
+    return numpy_helper.to_array(x) if isinstance(x, onnx.TensorProto) else x
 
 
 def _read_tensor(path: Path) -> np.ndarray:

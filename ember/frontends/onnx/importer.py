@@ -199,14 +199,10 @@ class Importer:
         schema = function_schema(node, opset)
         if schema is None:
             raise UnsupportedOpError(f"{self.describe_node(node, opset)}: no converter")
-        versions = [v for v in (schema.function_opset_versions
-                                or schema.context_dependent_function_opset_versions)
-                    if v <= opset]
-        if not versions:
-            raise UnsupportedOpError(f"{self.describe_node(node, opset)}: its function body"
-                                     f" needs a newer opset")
-        version = max(versions)
-        if schema.has_function:
+        plain = [v for v in schema.function_opset_versions if v <= opset]
+        contextual = [v for v in schema.context_dependent_function_opset_versions if v <= opset]
+        version = max(plain or contextual)
+        if plain:
             body = schema.get_function_with_opset_version(version)
         else:
             types = [onnx.helper.make_tensor_type_proto(
@@ -277,9 +273,9 @@ def function_schema(node: onnx.NodeProto, opset: int):
         schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
     except onnx.defs.SchemaError:
         return None
-    if schema.has_function or schema.has_context_dependent_function:
-        return schema
-    return None
+    versions = list(schema.function_opset_versions) + list(
+        schema.context_dependent_function_opset_versions)
+    return schema if any(v <= opset for v in versions) else None
 
 
 def _all_nodes(graph: onnx.GraphProto) -> Iterable[onnx.NodeProto]:

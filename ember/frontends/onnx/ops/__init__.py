@@ -1,9 +1,12 @@
 """ONNX op converters, one module per family. Importing this package registers them."""
 
 from ember.frontends.onnx.ops import (  # noqa: F401  (registration)
+    activation,
     attention,
     control,
     elementwise,
+    generator,
     nn,
     tensor,
+    tensor_index,
 )
