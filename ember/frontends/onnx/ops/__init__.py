@@ -6,7 +6,9 @@ from ember.frontends.onnx.ops import (  # noqa: F401  (registration)
     control,
     elementwise,
     generator,
+    loss,
     nn,
+    recurrent,
     tensor,
     tensor_index,
 )
