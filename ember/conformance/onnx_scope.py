@@ -26,6 +26,11 @@ RANDOM_OPS = {
 # Ops over optional values (absent-or-present), which Ember's IR has no type for.
 OPTIONAL_OPS = {"Optional", "OptionalHasElement", "OptionalGetElement"}
 
+# Ops over sequences of tensors (models may use them without declaring sequence types).
+SEQUENCE_OPS = {"SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase",
+                "SequenceInsert", "SequenceLength", "SequenceMap", "SplitToSequence",
+                "ConcatFromSequence"}
+
 # Element types Ember's tensors do not have.
 EXCLUDED_ELEMENT_TYPES = {
     onnx.TensorProto.STRING: "strings are not numeric tensors",
@@ -84,6 +89,8 @@ def exclusion_reason(model: onnx.ModelProto) -> str | None:
                 return f"{node.domain}: {EXCLUDED_DOMAINS[node.domain]}"
             if node.op_type in RANDOM_OPS:
                 return f"{node.op_type} is random"
+            if node.op_type in SEQUENCE_OPS:
+                return f"{node.op_type}: sequences are not tensors"
             if node.op_type in OPTIONAL_OPS:
                 return f"{node.op_type}: optional values are not modelled"
             for attr in node.attribute:

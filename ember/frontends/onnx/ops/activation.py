@@ -66,6 +66,10 @@ def shrink(ctx: ConvertContext):
 @converter("PRelu")
 def prelu(ctx: ConvertContext):
     x, slope = ctx.require(0), ctx.require(1)
+    if ctx.opset < 7 and slope.type.rank == 1 and x.type.rank > 2 and \
+            slope.shape[0] == x.shape[1] != 1:
+        # Before opset 7 a [C] slope is per channel (axis 1), not NumPy-broadcast.
+        slope = ctx.b.reshape(slope, shape=(slope.shape[0],) + (1,) * (x.type.rank - 2))
     if x.dtype.is_float:
         return ctx.b.prelu(x, slope)
     # Integer PRelu (opset 16) has no composite: spell it out.
