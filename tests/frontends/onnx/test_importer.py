@@ -138,3 +138,34 @@ def test_backend_api() -> None:
         backend.prepare(model).run([x.astype(np.float64)])
     with pytest.raises(EmberError, match="unknown executor"):
         backend.prepare(model, executor="tpu")
+
+
+def test_backend_specializes_on_shape_deciding_inputs() -> None:
+    model = make_model([helper.make_node("Reshape", ["x", "shape"], ["y"], name="r")],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6]),
+                        helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    rep = backend.prepare(model)
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    assert rep.run([x, np.array([3, 4])])[0].shape == (3, 4)
+    assert rep.run([x, np.array([4, 3])])[0].shape == (4, 3)
+    assert rep.run([x, np.array([3, 4])])[0].shape == (3, 4)
+    assert len(rep.specializations) == 2
+    assert all(set(s.values) == {"shape"} for s in rep.specializations)
+    with pytest.raises(UnsupportedOpError, match="must be a constant: it decides a shape"):
+        import_model(model)  # without values there is no static shape
+
+
+def test_ember_compile_accepts_onnx_models_and_graphs(tmp_path) -> None:
+    import ember
+
+    model = add_relu_model((2, 4))
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    x = np.ones((2, 4), np.float32)
+    (y,) = ember.compile(str(path)).run([x])
+    np.testing.assert_array_equal(y, [[2, 0, 4, 0]] * 2)
+    graph = import_model(model)
+    np.testing.assert_array_equal(ember.compile(graph)(x)[0], y)
+    with pytest.raises(EmberError, match="cannot compile a dict"):
+        ember.compile({})
