@@ -23,3 +23,10 @@ def test_readme_example_runs() -> None:
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     code = readme.split("```python\n", 1)[1].split("```", 1)[0]
     exec(compile(code, "README.md", "exec"), {})
+
+
+def test_onnx_support_page_is_current() -> None:
+    from ember.frontends.onnx.doc import DOC as ONNX_DOC
+    from ember.frontends.onnx.doc import onnx_doc
+
+    assert ONNX_DOC.read_text() == onnx_doc(), "run `python -m ember.frontends.onnx.doc`"

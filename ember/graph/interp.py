@@ -106,7 +106,8 @@ def evaluate_op(op: Op, args: Sequence[np.ndarray]) -> list[np.ndarray]:
     reference = op.opdef.reference
     if reference is None:
         raise InterpreterError(f"{op.where()}: has no reference semantics")
-    args = [a.astype(np.float32) if a.dtype in _HALF else a for a in args]
+    if "raw_bits" not in op.opdef.traits:
+        args = [a.astype(np.float32) if a.dtype in _HALF else a for a in args]
     try:
         with np.errstate(all="ignore"):
             results = reference(*args, **op.attrs)

@@ -187,3 +187,23 @@ define("constant", arity=0, attrs={"value": Attr("dense", None), "name": Attr("s
        infer=_constant_infer, reference=None, traits=("pure",),
        summary="a constant tensor, inline (`value`) or from the graph's table (`name`)",
        family="elementwise")
+
+
+def _bitcast_infer(types, attrs):
+    (x,) = types
+    if x.dtype.itemsize != attrs["to"].itemsize:
+        raise ShapeError(f"cannot bitcast {x.dtype} ({8 * x.dtype.itemsize} bits) to"
+                         f" {attrs['to']} ({8 * attrs['to'].itemsize} bits)")
+    return x.with_dtype(attrs["to"])
+
+
+def _bitcast(x, to):
+    if to is DType.bool:
+        return x.view(np.uint8) != 0  # Ember's bools are 0 or 1
+    return (x if x.flags.c_contiguous else x.copy()).view(to.np)
+
+
+# raw_bits: the interpreter passes f16/bf16 operands as they are, not widened to f32.
+define("bitcast", arity=1, attrs={"to": Attr("dtype")}, infer=_bitcast_infer,
+       reference=_bitcast, traits=("elementwise", "pure", "raw_bits"), family="elementwise",
+       summary="reinterpret the bits of each element as `to`, a type of the same width")
