@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx.node import map_arg
 
 from ember.errors import EmberError, UnsupportedOpError
@@ -68,6 +69,7 @@ def import_fx(gm: torch.fx.GraphModule, constants: Mapping[str, torch.Tensor] | 
     if missing:
         raise UnsupportedOpError("the graph uses " + describe_unsupported(missing))
     constants = constants or {}
+    gm.graph.eliminate_dead_code()  # raw traces keep unused nodes (max_pool's indices, say)
     b = Builder(name)
     env: dict[torch.fx.Node, Any] = {}
     outputs: list[Value] = []
@@ -80,8 +82,12 @@ def import_fx(gm: torch.fx.GraphModule, constants: Mapping[str, torch.Tensor] | 
                 env[node] = b.input(node.name, t.dtype, t.shape)
         elif node.op == "get_attr":
             attr = _fetch_attr(gm, node.target)
-            env[node] = b.constant(to_numpy(attr), name=node.name) if isinstance(
-                attr, torch.Tensor) else attr
+            if isinstance(attr, torch.Tensor):
+                # Under torch.compile a fake-tensor mode may be active; constants are real.
+                with unset_fake_temporarily():
+                    env[node] = b.constant(to_numpy(attr), name=node.name)
+            else:
+                env[node] = attr
         elif node.op == "call_function":
             env[node] = _convert(node, env, b)
         elif node.op == "output":

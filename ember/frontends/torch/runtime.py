@@ -33,7 +33,8 @@ def tensor_to_array(tensor: torch.Tensor) -> np.ndarray:
 
 
 def array_to_tensor(array: np.ndarray) -> torch.Tensor:
-    array = np.ascontiguousarray(array)
+    if not array.flags.c_contiguous:
+        array = array.copy(order="C")  # (np.ascontiguousarray would make a 0-d array 1-d)
     if array.dtype == DType.bf16.np:
         return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
     if not array.flags.writeable:
