@@ -1,0 +1,329 @@
+"""Level 2, the loop IR: buffers, loop nests, loads, stores and scalar expressions.
+
+A `Kernel` is a function over buffers (its parameters, plus local scratch buffers) whose
+body is a list of statements: `For` loops with a kind (serial, parallel, vectorized,
+unrolled), `Store`s of scalar expressions into buffers, and `If`s. Expressions are
+immutable and hashable: constants, index variables, loads, unary and binary operations,
+`select` and casts. Index arithmetic is i64.
+
+A `Program` strings kernels together: its buffers are the inputs, outputs, constants and
+temporaries of a compiled graph, and its steps call kernels on them (with structured `if`
+and `loop` steps for graph control flow).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ember.dtypes import DType
+
+INDEX = DType.i64
+
+# -- expressions ---------------------------------------------------------------------------
+
+# Unary ops and the dtypes they produce ("same" = the operand's).
+UNARY_OPS = {
+    "neg", "abs", "not", "bitwise_not", "exp", "expm1", "log", "log1p", "sqrt", "rsqrt",
+    "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh",
+    "atanh", "erf", "floor", "ceil", "round", "trunc", "sign", "isnan", "isinf",
+}
+PREDICATE_UNARY = {"isnan", "isinf"}
+BINARY_OPS = {
+    "add", "sub", "mul", "div", "floordiv", "mod", "fmod", "pow", "max", "min",
+    "and", "or", "xor", "bitwise_and", "bitwise_or", "bitwise_xor", "shl", "shr",
+    "eq", "ne", "lt", "le", "gt", "ge",
+}
+COMPARISONS = {"eq", "ne", "lt", "le", "gt", "ge"}
+
+
+class Expr:
+    """A scalar expression. Subclasses are frozen dataclasses, so equal trees are equal."""
+
+    __slots__ = ()
+    dtype: DType
+
+    def __add__(self, other: ExprLike) -> Expr:
+        return binary("add", self, other)
+
+    def __radd__(self, other: ExprLike) -> Expr:
+        return binary("add", other, self)
+
+    def __sub__(self, other: ExprLike) -> Expr:
+        return binary("sub", self, other)
+
+    def __mul__(self, other: ExprLike) -> Expr:
+        return binary("mul", self, other)
+
+    def __rmul__(self, other: ExprLike) -> Expr:
+        return binary("mul", other, self)
+
+    def __floordiv__(self, other: ExprLike) -> Expr:
+        return binary("floordiv", self, other)
+
+    def __mod__(self, other: ExprLike) -> Expr:
+        return binary("mod", self, other)
+
+
+ExprLike = Expr | int
+
+
+@dataclass(frozen=True, slots=True)
+class Const(Expr):
+    value: int | float | bool
+    dtype: DType = INDEX
+
+
+@dataclass(frozen=True, slots=True)
+class Var(Expr):
+    """A loop or index variable (i64)."""
+
+    name: str
+
+    @property
+    def dtype(self) -> DType:
+        return INDEX
+
+
+@dataclass(frozen=True, slots=True)
+class Load(Expr):
+    buffer: str
+    index: tuple[Expr, ...]
+    dtype: DType
+
+
+@dataclass(frozen=True, slots=True)
+class Unary(Expr):
+    op: str
+    a: Expr
+
+    @property
+    def dtype(self) -> DType:
+        return DType.bool if self.op in PREDICATE_UNARY else self.a.dtype
+
+
+@dataclass(frozen=True, slots=True)
+class Binary(Expr):
+    op: str
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> DType:
+        return DType.bool if self.op in COMPARISONS else self.a.dtype
+
+
+@dataclass(frozen=True, slots=True)
+class Select(Expr):
+    cond: Expr
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> DType:
+        return self.a.dtype
+
+
+@dataclass(frozen=True, slots=True)
+class Cast(Expr):
+    dtype: DType
+    a: Expr
+
+
+def as_expr(x: ExprLike) -> Expr:
+    if isinstance(x, Expr):
+        return x
+    if isinstance(x, (bool, np.bool_)):
+        return Const(bool(x), DType.bool)
+    if isinstance(x, (int, np.integer)):
+        return Const(int(x), INDEX)
+    raise TypeError(f"cannot use {x!r} as a loop IR expression")
+
+
+def binary(op: str, a: ExprLike, b: ExprLike) -> Expr:
+    from ember.loops.simplify import simplify_binary
+
+    return simplify_binary(op, as_expr(a), as_expr(b))
+
+
+def const(value: int | float | bool, dtype: DType) -> Const:
+    """A constant of `dtype`, its value normalized to the Python type that holds it."""
+    if dtype is DType.bool:
+        return Const(bool(value), dtype)
+    if dtype.is_int:
+        return Const(int(value), dtype)
+    return Const(float(value), dtype)
+
+
+# -- statements ----------------------------------------------------------------------------
+
+LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
+
+
+class Stmt:
+    __slots__ = ()
+
+
+@dataclass(slots=True)
+class For(Stmt):
+    var: Var
+    start: Expr
+    stop: Expr
+    body: list[Stmt]
+    step: int = 1
+    kind: str = "serial"
+
+
+@dataclass(slots=True)
+class Store(Stmt):
+    buffer: str
+    index: tuple[Expr, ...]
+    value: Expr
+
+
+@dataclass(slots=True)
+class If(Stmt):
+    cond: Expr
+    then: list[Stmt]
+    orelse: list[Stmt] = field(default_factory=list)
+
+
+# -- kernels and programs -------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Buffer:
+    """A row-major tensor in memory: a kernel parameter, a local, or a program buffer."""
+
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Element strides of the row-major layout."""
+        strides, step = [], 1
+        for d in reversed(self.shape):
+            strides.append(step)
+            step *= d
+        return tuple(reversed(strides))
+
+    @property
+    def numel(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.dtype.itemsize
+
+
+@dataclass(slots=True)
+class Kernel:
+    name: str
+    params: list[Buffer]
+    body: list[Stmt]
+    locals: list[Buffer] = field(default_factory=list)
+    origin: str = ""  # the graph op(s) this kernel computes, for explain and messages
+
+    def buffer(self, name: str) -> Buffer:
+        for b in (*self.params, *self.locals):
+            if b.name == name:
+                return b
+        raise KeyError(name)
+
+    def walk(self) -> Iterator[Stmt]:
+        yield from walk_stmts(self.body)
+
+
+def walk_stmts(stmts: Sequence[Stmt]) -> Iterator[Stmt]:
+    for s in stmts:
+        yield s
+        if isinstance(s, For):
+            yield from walk_stmts(s.body)
+        elif isinstance(s, If):
+            yield from walk_stmts(s.then)
+            yield from walk_stmts(s.orelse)
+
+
+def walk_expr(e: Expr) -> Iterator[Expr]:
+    yield e
+    if isinstance(e, Load):
+        for i in e.index:
+            yield from walk_expr(i)
+    elif isinstance(e, Unary) or isinstance(e, Cast):
+        yield from walk_expr(e.a)
+    elif isinstance(e, Binary):
+        yield from walk_expr(e.a)
+        yield from walk_expr(e.b)
+    elif isinstance(e, Select):
+        yield from walk_expr(e.cond)
+        yield from walk_expr(e.a)
+        yield from walk_expr(e.b)
+
+
+# -- programs: kernels called in order on planned buffers -------------------------------------
+
+BUFFER_KINDS = ("input", "output", "constant", "temp")
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramBuffer:
+    buffer: Buffer
+    kind: str  # input, output, constant or temp
+
+
+@dataclass(slots=True)
+class Call:
+    """Run `kernel` with the named program buffers as its parameters, in order."""
+
+    kernel: str
+    args: list[str]
+
+
+@dataclass(slots=True)
+class ProgramIf:
+    """Run `then` or `orelse` by the bool[] program buffer `cond`."""
+
+    cond: str
+    then: list[ProgramStep]
+    orelse: list[ProgramStep]
+
+
+@dataclass(slots=True)
+class ProgramLoop:
+    """Repeat `body` while counter < trip count (an i64[] buffer) and the bool[] buffer
+    `cond` holds; `counter` (an i64[] buffer) holds the iteration number during the body,
+    which ends by updating `cond` and the carried buffers."""
+
+    trip_count: str
+    cond: str
+    counter: str
+    body: list[ProgramStep]
+
+
+ProgramStep = Call | ProgramIf | ProgramLoop
+
+
+@dataclass(slots=True)
+class Program:
+    name: str
+    buffers: list[ProgramBuffer]
+    kernels: list[Kernel]
+    steps: list[ProgramStep]
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def buffer(self, name: str) -> ProgramBuffer:
+        for b in self.buffers:
+            if b.buffer.name == name:
+                return b
+        raise KeyError(name)
+
+    def kernel(self, name: str) -> Kernel:
+        for k in self.kernels:
+            if k.name == name:
+                return k
+        raise KeyError(name)
+
+    def of_kind(self, kind: str) -> list[Buffer]:
+        return [b.buffer for b in self.buffers if b.kind == kind]
