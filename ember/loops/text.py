@@ -19,7 +19,7 @@ from ember.dtypes import DType
 from ember.errors import ParseError
 from ember.graph.text.parser import GraphParser
 from ember.graph.text.printer import format_constant_table, format_element
-from ember.lexer import TokenStream, describe
+from ember.lexer import TokenStream, describe, quote
 from ember.loops.ir import (
     BINARY_OPS,
     BUFFER_KINDS,
@@ -100,9 +100,8 @@ def _stmts(stmts: list[Stmt], indent: str, lines: list[str]) -> None:
 
 
 def print_kernel(k: Kernel) -> str:
-    lines = [f"kernel @{k.name}({', '.join(_buffer(b) for b in k.params)}) {{"]
-    if k.origin:
-        lines.insert(0, f"// {k.origin}")
+    origin = f" loc({quote(k.origin)})" if k.origin else ""
+    lines = [f"kernel @{k.name}({', '.join(_buffer(b) for b in k.params)}){origin} {{"]
     for b in k.locals:
         lines.append(f"  local {_buffer(b)}")
     _stmts(k.body, "  ", lines)
@@ -291,11 +290,16 @@ class LoopParser:
             if not ts.accept(","):
                 break
         ts.expect(")")
+        origin = ""
+        if ts.accept("loc"):
+            ts.expect("(")
+            origin = ts.expect_string()
+            ts.expect(")")
         ts.expect("{")
         locals_ = []
         while ts.accept("local"):
             locals_.append(self.buffer_decl())
-        return Kernel(name, params, self.stmts_to_close(), locals_)
+        return Kernel(name, params, self.stmts_to_close(), locals_, origin)
 
     def steps(self) -> list[ProgramStep]:
         self.ts.expect("{")

@@ -1,0 +1,176 @@
+"""Lowering a whole graph to a loop-IR Program: one kernel per op, calls in order.
+
+Graph inputs, outputs and constants become program buffers of those kinds; every other
+value a temp. `if` and `loop` become ProgramIf / ProgramLoop steps whose bodies are the
+lowered regions; values flowing out of regions are copied into the op's result buffers.
+The graph must hold primitive ops only (run the `decompose` pass first).
+"""
+
+from __future__ import annotations
+
+from ember.dtypes import DType
+from ember.errors import UnsupportedOpError
+from ember.graph.ir import Graph, Op, Region, Value, sanitize_name
+from ember.loops.ir import (
+    Buffer,
+    Call,
+    Const,
+    For,
+    Kernel,
+    Load,
+    Program,
+    ProgramBuffer,
+    ProgramIf,
+    ProgramLoop,
+    ProgramStep,
+    Store,
+    Var,
+)
+from ember.loops.lower.core import LowerContext, find_lowering
+
+
+def lower_graph(graph: Graph) -> Program:
+    """The loop-IR program of `graph` (primitive ops only)."""
+    return _Lowerer(graph).run()
+
+
+class _Lowerer:
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.buffers: list[ProgramBuffer] = []
+        self.names: set[str] = set()
+        self.kernels: list[Kernel] = []
+        self.env: dict[Value, str] = {}
+        self.constants = {}
+
+    # -- buffers -------------------------------------------------------------------------------
+    def new_buffer(self, hint: str | None, value_type, kind: str) -> str:
+        base = sanitize_name(hint) or "t"
+        name, i = base, 0
+        while name in self.names:
+            i += 1
+            name = f"{base}_{i}"
+        self.names.add(name)
+        self.buffers.append(ProgramBuffer(Buffer(name, value_type.dtype, value_type.shape), kind))
+        return name
+
+    def buffer_of(self, value: Value) -> str:
+        return self.env[value]
+
+    # -- driver --------------------------------------------------------------------------------
+    def run(self) -> Program:
+        g = self.graph
+        for value in g.inputs:
+            self.env[value] = self.new_buffer(value.name or "input", value.type, "input")
+        outputs = {v for v in g.outputs if v.producer is not None
+                   and v.producer.name not in ("constant",)}
+        steps = self.region(g.body, outputs)
+        final: list[str] = []  # the output buffer of each graph output, in order
+        for i, value in enumerate(g.outputs):
+            name = self.env[value]
+            if self.kind(name) != "output" or name in final:
+                # An input, a constant or a repeated value: copy into a fresh output buffer.
+                out = self.new_buffer(f"out{i}", value.type, "output")
+                steps.append(self.copy(name, out))
+                name = out
+            final.append(name)
+        order = {"input": 0, "output": 1, "constant": 2, "temp": 3}
+        self.buffers.sort(key=lambda b: (order[b.kind], final.index(b.buffer.name)
+                                         if b.kind == "output" else 0))
+        return Program(sanitize_name(g.name) or "main", self.buffers, self.kernels, steps,
+                       self.constants)
+
+    def kind(self, name: str) -> str:
+        return next(b.kind for b in self.buffers if b.buffer.name == name)
+
+    def region(self, region: Region, outputs: set[Value] = frozenset()) -> list[ProgramStep]:
+        steps: list[ProgramStep] = []
+        for op in region.ops:
+            if op.name == "constant":
+                data = self.graph.constant_data(op)
+                name = self.new_buffer(op.attrs["name"] or op.result.name or "cst", op.result.type,
+                                       "constant")
+                self.constants[name] = data
+                self.env[op.result] = name
+            elif op.name == "if":
+                steps.append(self.lower_if(op))
+            elif op.name == "loop":
+                steps.extend(self.lower_loop(op))
+            else:
+                steps.append(self.lower_op(op, outputs))
+        return steps
+
+    def lower_op(self, op: Op, outputs: set[Value]) -> Call:
+        fn = find_lowering(op.name)
+        if fn is None:
+            raise UnsupportedOpError(f"{op.where()}: no lowering to loops for graph.{op.name}")
+        ctx = LowerContext(op)
+        body = fn(ctx)
+        kernel = Kernel(f"k{len(self.kernels)}_{op.name}", [*ctx.inputs, *ctx.outputs], body,
+                        ctx.locals, op.where())
+        self.kernels.append(kernel)
+        results = []
+        for value in op.results:
+            kind = "output" if value in outputs else "temp"
+            self.env[value] = self.new_buffer(value.name, value.type, kind)
+            results.append(self.env[value])
+        return Call(kernel.name, [self.env[v] for v in op.operands] + results)
+
+    # -- control flow ----------------------------------------------------------------------------
+    def copy(self, src: str, dst: str, index_buffer: str | None = None) -> Call:
+        """A kernel copying buffer `src` into `dst` (into dst[counter] when index_buffer)."""
+        source = next(b.buffer for b in self.buffers if b.buffer.name == src)
+        target = next(b.buffer for b in self.buffers if b.buffer.name == dst)
+        x = Buffer("x0", source.dtype, source.shape)
+        y = Buffer("y0", target.dtype, target.shape)
+        params = [x, y]
+        index = [Var(f"i{d}") for d in range(len(source.shape))]
+        prefix = []
+        if index_buffer is not None:
+            params.insert(1, Buffer("n", DType.i64, ()))
+            prefix = [Load("n", (), DType.i64)]
+        body = [Store("y0", tuple(prefix + index), Load("x0", tuple(index), source.dtype))]
+        for d in reversed(range(len(source.shape))):
+            body = [For(index[d], Const(0), Const(source.shape[d]), body)]
+        kernel = Kernel(f"k{len(self.kernels)}_copy", params, body, [], "copy")
+        self.kernels.append(kernel)
+        args = [src, index_buffer, dst] if index_buffer else [src, dst]
+        return Call(kernel.name, args)
+
+    def lower_if(self, op: Op) -> ProgramIf:
+        results = [self.new_buffer(v.name, v.type, "temp") for v in op.results]
+        branches = []
+        for region in op.regions:
+            steps = self.region(region)
+            steps += [self.copy(self.env[v], r) for v, r in zip(region.outputs, results)]
+            branches.append(steps)
+        for value, name in zip(op.results, results):
+            self.env[value] = name
+        return ProgramIf(self.env[op.operands[0]], branches[0], branches[1])
+
+    def lower_loop(self, op: Op) -> list[ProgramStep]:
+        trip, cond0, *inits = op.operands
+        body = op.regions[0]
+        num_carried = len(inits)
+        cond = self.new_buffer("cond", cond0.type, "temp")
+        counter = self.new_buffer("iteration", body.args[0].type, "temp")
+        carried = [self.new_buffer(v.name, v.type, "temp") for v in op.results[:num_carried]]
+        scans = [self.new_buffer(v.name, v.type, "temp") for v in op.results[num_carried:]]
+        steps: list[ProgramStep] = [self.copy(self.env[cond0], cond)]
+        steps += [self.copy(self.env[v], c) for v, c in zip(inits, carried)]
+        self.env[body.args[0]] = counter
+        for arg, name in zip(body.args[1:], carried):
+            self.env[arg] = name
+        inner = self.region(body)
+        yielded = body.outputs
+        # Copy yields through temporaries: a body may yield its carried values swapped.
+        staged = [self.new_buffer("next", v.type, "temp") for v in yielded[1:1 + num_carried]]
+        inner += [self.copy(self.env[v], s) for v, s in zip(yielded[1:1 + num_carried], staged)]
+        inner += [self.copy(self.env[yielded[0]], cond)]
+        inner += [self.copy(s, c) for s, c in zip(staged, carried)]
+        inner += [self.copy(self.env[v], s, counter)
+                  for v, s in zip(yielded[1 + num_carried:], scans)]
+        steps.append(ProgramLoop(self.env[trip], cond, counter, inner))
+        for value, name in zip(op.results, carried + scans):
+            self.env[value] = name
+        return steps
