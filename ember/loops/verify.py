@@ -1,0 +1,227 @@
+"""The loop-IR verifier: buffers and variables are defined where used, dtypes agree,
+index arities match buffer ranks, and affine accesses stay in bounds where decidable
+(every index whose range follows from constant loop bounds is checked)."""
+
+from __future__ import annotations
+
+from ember.dtypes import DType
+from ember.errors import VerificationError
+from ember.loops.ir import (
+    BINARY_OPS,
+    BUFFER_KINDS,
+    COMPARISONS,
+    INDEX,
+    UNARY_OPS,
+    Binary,
+    Buffer,
+    Call,
+    Cast,
+    Const,
+    Expr,
+    For,
+    If,
+    Kernel,
+    Load,
+    Program,
+    ProgramIf,
+    ProgramLoop,
+    Select,
+    Stmt,
+    Store,
+    Unary,
+    Var,
+)
+
+Interval = tuple[int, int] | None  # inclusive [lo, hi], or None when unknown
+GUARDED = "<guarded>"  # marks ranges inside an If, where bounds are not decidable here
+
+
+def verify_kernel(kernel: Kernel) -> Kernel:
+    _KernelVerifier(kernel).block(kernel.body, {})
+    return kernel
+
+
+def verify_program(program: Program) -> Program:
+    names = [b.buffer.name for b in program.buffers]
+    if len(set(names)) != len(names):
+        raise VerificationError(f"program @{program.name}: a buffer name is used twice")
+    buffers = {b.buffer.name: b for b in program.buffers}
+    for b in program.buffers:
+        if b.kind not in BUFFER_KINDS:
+            raise VerificationError(f"buffer %{b.buffer.name} has unknown kind '{b.kind}'")
+        if b.kind == "constant":
+            data = program.constants.get(b.buffer.name)
+            if data is None or data.shape != b.buffer.shape or data.dtype != b.buffer.dtype.np:
+                raise VerificationError(f"constant buffer %{b.buffer.name} has no matching data")
+    kernels = {}
+    for k in program.kernels:
+        if k.name in kernels:
+            raise VerificationError(f"kernel @{k.name} is defined twice")
+        kernels[k.name] = verify_kernel(k)
+    _verify_steps(program.steps, buffers, kernels)
+    return program
+
+
+def _verify_steps(steps, buffers, kernels) -> None:
+    def scalar(name: str, dtype: DType, what: str) -> None:
+        if name not in buffers:
+            raise VerificationError(f"{what} uses unknown buffer %{name}")
+        b = buffers[name].buffer
+        if b.shape != () or b.dtype is not dtype:
+            raise VerificationError(f"{what} needs a {dtype}[] buffer, %{name} is"
+                                    f" {b.dtype}{list(b.shape)}")
+
+    for step in steps:
+        if isinstance(step, Call):
+            kernel = kernels.get(step.kernel)
+            if kernel is None:
+                raise VerificationError(f"call of unknown kernel @{step.kernel}")
+            if len(step.args) != len(kernel.params):
+                raise VerificationError(f"call @{step.kernel} passes {len(step.args)} buffers,"
+                                        f" the kernel takes {len(kernel.params)}")
+            for arg, param in zip(step.args, kernel.params):
+                if arg not in buffers:
+                    raise VerificationError(f"call @{step.kernel} uses unknown buffer %{arg}")
+                b = buffers[arg].buffer
+                if (b.dtype, b.shape) != (param.dtype, param.shape):
+                    raise VerificationError(
+                        f"call @{step.kernel}: %{arg} is {b.dtype}{list(b.shape)} but parameter"
+                        f" %{param.name} is {param.dtype}{list(param.shape)}")
+        elif isinstance(step, ProgramIf):
+            scalar(step.cond, DType.bool, "if")
+            _verify_steps(step.then, buffers, kernels)
+            _verify_steps(step.orelse, buffers, kernels)
+        elif isinstance(step, ProgramLoop):
+            scalar(step.trip_count, DType.i64, "loop trip count")
+            scalar(step.cond, DType.bool, "loop condition")
+            scalar(step.counter, DType.i64, "loop counter")
+            _verify_steps(step.body, buffers, kernels)
+
+
+class _KernelVerifier:
+    def __init__(self, kernel: Kernel):
+        self.kernel = kernel
+        self.buffers: dict[str, Buffer] = {}
+        for b in (*kernel.params, *kernel.locals):
+            if b.name in self.buffers:
+                self.fail(f"buffer %{b.name} is declared twice")
+            self.buffers[b.name] = b
+
+    def fail(self, message: str):
+        raise VerificationError(f"kernel @{self.kernel.name}: {message}")
+
+    def block(self, stmts: list[Stmt], ranges: dict[str, Interval]) -> None:
+        for s in stmts:
+            if isinstance(s, For):
+                if s.var.name in ranges or s.var.name in self.buffers:
+                    self.fail(f"loop variable %{s.var.name} shadows another name")
+                if s.step == 0:
+                    self.fail(f"loop %{s.var.name} has step 0")
+                for bound in (s.start, s.stop):
+                    if self.expr(bound, ranges) is not INDEX:
+                        self.fail(f"loop %{s.var.name} bounds must be i64")
+                self.block(s.body, {**ranges, s.var.name: _loop_range(s, ranges)})
+            elif isinstance(s, Store):
+                buffer = self.access(s.buffer, s.index, ranges, "store to")
+                dtype = self.expr(s.value, ranges)
+                if dtype is not buffer.dtype:
+                    self.fail(f"store of a {dtype} value into %{s.buffer}: {buffer.dtype}")
+            elif isinstance(s, If):
+                if self.expr(s.cond, ranges) is not DType.bool:
+                    self.fail("an if condition must be bool")
+                # The condition may be what keeps an access in bounds: no range checks inside.
+                guarded = {**ranges, GUARDED: None}
+                self.block(s.then, guarded)
+                self.block(s.orelse, guarded)
+            else:
+                self.fail(f"unknown statement {type(s).__name__}")
+
+    def access(self, name: str, index, ranges, what: str) -> Buffer:
+        buffer = self.buffers.get(name)
+        if buffer is None:
+            self.fail(f"{what} unknown buffer %{name}")
+        if len(index) != len(buffer.shape):
+            self.fail(f"{what} %{name} uses {len(index)} indices, its rank is"
+                      f" {len(buffer.shape)}")
+        for axis, (e, dim) in enumerate(zip(index, buffer.shape)):
+            if self.expr(e, ranges) is not INDEX:
+                self.fail(f"{what} %{name}: index {axis} is not i64")
+            span = None if GUARDED in ranges else interval(e, ranges)
+            if span is not None and (span[0] < 0 or span[1] >= dim):
+                self.fail(f"{what} %{name} may go out of bounds: index {axis} ranges over"
+                          f" [{span[0]}, {span[1]}], the dim is {dim}")
+        return buffer
+
+    def expr(self, e: Expr, ranges) -> DType:
+        if isinstance(e, Const):
+            return e.dtype
+        if isinstance(e, Var):
+            if e.name not in ranges or e.name == GUARDED:
+                self.fail(f"index variable %{e.name} is used outside its loop")
+            return INDEX
+        if isinstance(e, Load):
+            buffer = self.access(e.buffer, e.index, ranges, "load of")
+            if e.dtype is not buffer.dtype:
+                self.fail(f"load of %{e.buffer} typed {e.dtype}, the buffer is {buffer.dtype}")
+            return e.dtype
+        if isinstance(e, Unary):
+            if e.op not in UNARY_OPS:
+                self.fail(f"unknown unary op '{e.op}'")
+            self.expr(e.a, ranges)
+            return e.dtype
+        if isinstance(e, Binary):
+            if e.op not in BINARY_OPS:
+                self.fail(f"unknown binary op '{e.op}'")
+            a, b = self.expr(e.a, ranges), self.expr(e.b, ranges)
+            if a is not b:
+                self.fail(f"{e.op} of {a} and {b}: operand dtypes differ")
+            return DType.bool if e.op in COMPARISONS else a
+        if isinstance(e, Select):
+            if self.expr(e.cond, ranges) is not DType.bool:
+                self.fail("select condition must be bool")
+            a, b = self.expr(e.a, ranges), self.expr(e.b, ranges)
+            if a is not b:
+                self.fail(f"select of {a} and {b}: branch dtypes differ")
+            return a
+        if isinstance(e, Cast):
+            self.expr(e.a, ranges)
+            return e.dtype
+        self.fail(f"unknown expression {type(e).__name__}")
+
+
+def _loop_range(s: For, ranges) -> Interval:
+    start, stop = interval(s.start, ranges), interval(s.stop, ranges)
+    if start is None or stop is None or start[0] != start[1] or stop[0] != stop[1]:
+        return None
+    values = range(start[0], stop[0], s.step)
+    return (min(values), max(values)) if values else (0, -1)  # empty: nothing to check
+
+
+def interval(e: Expr, ranges) -> Interval:
+    """The inclusive range of an integer expression, when it follows from loop bounds."""
+    if isinstance(e, Const) and e.dtype.is_int:
+        return (int(e.value), int(e.value))
+    if isinstance(e, Var):
+        span = ranges.get(e.name)
+        return None if span is None or span[0] > span[1] else span
+    if not isinstance(e, Binary):
+        return None
+    a, b = interval(e.a, ranges), interval(e.b, ranges)
+    if a is None or b is None:
+        return None
+    if e.op == "add":
+        return (a[0] + b[0], a[1] + b[1])
+    if e.op == "sub":
+        return (a[0] - b[1], a[1] - b[0])
+    if e.op == "mul":
+        products = [x * y for x in a for y in b]
+        return (min(products), max(products))
+    if e.op in ("max", "min"):
+        fn = max if e.op == "max" else min
+        return (fn(a[0], b[0]), fn(a[1], b[1]))
+    if e.op == "floordiv" and b[0] == b[1] and b[0] > 0:
+        return (a[0] // b[0], a[1] // b[0])
+    if e.op == "mod" and b[0] == b[1] and b[0] > 0:
+        return (0, b[0] - 1) if a[1] - a[0] >= b[0] or a[0] // b[0] != a[1] // b[0] else (
+            a[0] % b[0], a[1] % b[0])
+    return None

@@ -1,0 +1,86 @@
+"""The loop IR's text form and verifier."""
+
+from __future__ import annotations
+
+import pytest
+
+from ember import ParseError, VerificationError
+from ember.loops.text import parse_kernel, parse_program, print_kernel, print_program
+from ember.loops.verify import verify_kernel, verify_program
+
+ROW_SUM = """kernel @row_sum(%x: f32[4,8], %y: f32[4]) loc("graph.reduce_sum") {
+  local %acc: f32[]
+  for %i = 0 to 4 parallel {
+    %acc[] = 0.0:f32
+    for %j = 7 to -1 step -1 {
+      %acc[] = add(%acc[], %x[%i, %j])
+    }
+    if gt(%acc[], 1e+30:f32) {
+      %y[%i] = inf:f32
+    } else {
+      %y[%i] = select(isnan(%acc[]), 0.0:f32, %acc[])
+    }
+  }
+}
+"""
+
+PROGRAM = ROW_SUM + """
+program @main {
+  input %x: f32[4,8]
+  output %y: f32[4]
+  temp %n: i64[]
+  temp %c: bool[]
+  if %c {
+    call @row_sum(%x, %y)
+  } else {
+  }
+  loop %n, %c, %n {
+    call @row_sum(%x, %y)
+  }
+}
+"""
+
+
+def test_kernel_and_program_round_trip_and_verify() -> None:
+    kernel = parse_kernel(ROW_SUM)
+    assert print_kernel(kernel) == ROW_SUM
+    verify_kernel(kernel)
+    program = parse_program(PROGRAM)
+    assert print_program(parse_program(print_program(program))) == print_program(program)
+    verify_program(program)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (ROW_SUM.replace("%x[%i, %j]", "%x[%i, add(%j, 1)]"), "may go out of bounds"),
+    (ROW_SUM.replace("%x[%i, %j]", "%x[%i]"), "uses 1 indices, its rank is 2"),
+    (ROW_SUM.replace("%acc[] = 0.0:f32", "%acc[] = 0:i32"), "store of a i32 value"),
+    (ROW_SUM.replace("add(%acc[], %x[%i, %j])", "add(%acc[], f64(%x[%i, %j]))"),
+     "operand dtypes differ"),
+])
+def test_verifier_errors(text: str, message: str) -> None:
+    with pytest.raises(VerificationError, match=message):
+        verify_kernel(parse_kernel(text))
+
+
+def test_guarded_accesses_are_not_range_checked() -> None:
+    text = ROW_SUM.replace("%acc[] = add(%acc[], %x[%i, %j])",
+                           "if lt(%j, 7) {\n        %acc[] = add(%acc[], %x[%i, add(%j, 1)])\n"
+                           "      }")
+    verify_kernel(parse_kernel(text))
+
+
+def test_program_call_types_are_checked() -> None:
+    with pytest.raises(VerificationError, match="parameter %x is f32"):
+        verify_program(parse_program(PROGRAM.replace("input %x: f32[4,8]", "input %x: f32[4,9]")))
+
+
+@pytest.mark.parametrize("broken", [
+    ROW_SUM.replace("%acc[] = 0.0:f32", "%acc[] = 0.5"),
+    ROW_SUM.replace("for %j", "for %i"),
+    ROW_SUM.replace("%x[%i, %j]", "%z[%i, %j]"),
+    ROW_SUM.replace("add(", "plus("),
+    ROW_SUM[:-20],
+])
+def test_parse_errors(broken: str) -> None:
+    with pytest.raises(ParseError):
+        parse_kernel(broken)
