@@ -56,6 +56,8 @@ def format_expr(e: Expr) -> str:
     if isinstance(e, Const):
         if e.dtype is INDEX:
             return str(e.value)
+        if e.dtype is DType.bool:
+            return "true" if e.value else "false"
         return f"{format_element(e.value, e.dtype)}:{e.dtype.value}"
     if isinstance(e, Var):
         return f"%{e.name}"

@@ -1,3 +1,8 @@
 """Lowerings of graph ops, one module per family; importing this package registers them."""
 
-from ember.loops.lower.ops import elementwise, movement  # noqa: F401  (registration)
+from ember.loops.lower.ops import (  # noqa: F401  (registration)
+    elementwise,
+    indexing,
+    movement,
+    reduce,
+)
