@@ -18,6 +18,7 @@ from ember.graph.ops.elementwise import BINARY_OPS as GRAPH_BINARY
 from ember.graph.ops.elementwise import UNARY_OPS as GRAPH_UNARY
 from ember.loops.ir import (
     Binary,
+    Bitcast,
     Call,
     Cast,
     Const,
@@ -155,6 +156,12 @@ class LoopInterpreter:
                 return _scalar(0, e.dtype)
             rounded = np.asarray(value).astype(e.dtype.np)  # round to the (half) type
             return _scalar(rounded, e.dtype)
+        if isinstance(e, Bitcast):
+            # Narrow to the source type first: halves are held widened to f32 here.
+            bits = np.asarray(self.eval(e.a, buffers, env)).astype(e.a.dtype.np)
+            if e.dtype is DType.bool:
+                return np.bool_(bits.view(np.uint8) != 0)
+            return _scalar(bits.view(e.dtype.np), e.dtype)
         raise TypeError(e)
 
 

@@ -132,6 +132,14 @@ class Cast(Expr):
     a: Expr
 
 
+@dataclass(frozen=True, slots=True)
+class Bitcast(Expr):
+    """The bits of `a` read as `dtype`, a type of the same width (to bool: bits != 0)."""
+
+    dtype: DType
+    a: Expr
+
+
 def as_expr(x: ExprLike) -> Expr:
     if isinstance(x, Expr):
         return x
@@ -251,7 +259,7 @@ def walk_expr(e: Expr) -> Iterator[Expr]:
     if isinstance(e, Load):
         for i in e.index:
             yield from walk_expr(i)
-    elif isinstance(e, Unary) or isinstance(e, Cast):
+    elif isinstance(e, (Unary, Cast, Bitcast)):
         yield from walk_expr(e.a)
     elif isinstance(e, Binary):
         yield from walk_expr(e.a)

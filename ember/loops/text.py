@@ -27,6 +27,7 @@ from ember.loops.ir import (
     LOOP_KINDS,
     UNARY_OPS,
     Binary,
+    Bitcast,
     Buffer,
     Call,
     Cast,
@@ -71,6 +72,8 @@ def format_expr(e: Expr) -> str:
         return f"select({format_expr(e.cond)}, {format_expr(e.a)}, {format_expr(e.b)})"
     if isinstance(e, Cast):
         return f"{e.dtype.value}({format_expr(e.a)})"
+    if isinstance(e, Bitcast):
+        return f"bitcast<{e.dtype.value}>({format_expr(e.a)})"
     raise TypeError(e)
 
 
@@ -201,6 +204,15 @@ class LoopParser:
             if name not in self.vars:
                 raise self.error(f"unknown index variable %{name}", token)
             return Var(name)
+        if token.kind == "ident" and token.text == "bitcast":
+            ts.next()
+            ts.expect("<")
+            dtype = self.graph_parser.dtype()
+            ts.expect(">")
+            ts.expect("(")
+            operand = self.expr()
+            ts.expect(")")
+            return Bitcast(dtype, operand)
         if token.kind == "ident":
             ts.next()
             ts.expect("(")

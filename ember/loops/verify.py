@@ -13,6 +13,7 @@ from ember.loops.ir import (
     INDEX,
     UNARY_OPS,
     Binary,
+    Bitcast,
     Buffer,
     Call,
     Cast,
@@ -185,6 +186,10 @@ class _KernelVerifier:
             return a
         if isinstance(e, Cast):
             self.expr(e.a, ranges)
+            return e.dtype
+        if isinstance(e, Bitcast):
+            if self.expr(e.a, ranges).itemsize != e.dtype.itemsize:
+                self.fail(f"bitcast of {e.a.dtype} to {e.dtype}: the widths differ")
             return e.dtype
         self.fail(f"unknown expression {type(e).__name__}")
 

@@ -91,3 +91,12 @@ def test_if_and_loop_programs() -> None:
     graph = b.build()
     for cond in (True, False):
         check_lowering(graph, [np.array([1.0, -2.0, 0.5], np.float32), np.array(cond)])
+
+
+def test_bitcast() -> None:
+    b = Builder("g")
+    x = b.input("x", DType.f32, (4,))
+    h = b.input("h", DType.f16, (2,))
+    b.output(b.bitcast(x, to=DType.i32), b.bitcast(h, to=DType.i16))
+    check_lowering(b.build(), [np.array([1.0, -2.5, 0.0, np.inf], np.float32),
+                               np.array([1.5, -0.25], np.float16)])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ember.dtypes import DType
 from ember.graph.ops.elementwise import BINARY_OPS, UNARY_OPS
-from ember.loops.ir import Binary, Cast, Select, Unary
+from ember.loops.ir import Binary, Bitcast, Cast, Select, Unary
 from ember.loops.lower.core import LowerContext, lowering
 
 # Graph unary ops the loop IR has under the same name; the rest are spelled out below.
@@ -54,3 +54,8 @@ def cast(ctx: LowerContext):
         zero = ctx.const(0, ctx.inputs[0].dtype)
         return ctx.store_each(lambda i: Binary("ne", ctx.load(0, i), zero))
     return ctx.store_each(lambda i: Cast(to, ctx.load(0, i)))
+
+
+@lowering("bitcast")
+def bitcast(ctx: LowerContext):
+    return ctx.store_each(lambda i: Bitcast(ctx.attrs["to"], ctx.load(0, i)))
