@@ -3,6 +3,9 @@
 from ember.loops.lower.ops import (  # noqa: F401  (registration)
     elementwise,
     indexing,
+    linalg,
     movement,
+    pool,
     reduce,
+    sampling,
 )

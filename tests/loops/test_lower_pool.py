@@ -1,0 +1,107 @@
+"""Lowering of max_pool, avg_pool and resize to loops."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ember import Builder, DType
+from tests.loops.lowering_check import check_lowering
+
+RNG = np.random.default_rng(7)
+
+
+def data(shape, dtype=np.float32):
+    if np.dtype(dtype).kind in "iu":
+        info = np.iinfo(dtype)
+        return RNG.integers(info.min, info.max, shape, endpoint=True).astype(dtype)
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+def run(opname, x_shape, dtype=DType.f32, rtol=1e-6, atol=1e-6, **attrs):
+    b = Builder("g")
+    x = b.input("x", dtype, x_shape)
+    b.output(getattr(b, opname)(x, **attrs))
+    check_lowering(b.build(), [data(x_shape, dtype.np)], rtol=rtol, atol=atol)
+
+
+POOL_CASES = [
+    ((1, 2, 7), {"kernel": (3,)}),
+    ((1, 1, 7), {"kernel": (3,), "strides": (2,), "pads": (1, 1)}),
+    ((1, 1, 8), {"kernel": (3,), "strides": (2,), "pads": (2, 1), "ceil_mode": True}),
+    ((2, 1, 5, 6), {"kernel": (2, 3), "strides": (2, 2), "pads": (1, 0, 0, 2)}),
+    ((1, 2, 5, 5), {"kernel": (3, 2), "strides": (2, 3), "pads": (1, 1, 1, 0),
+                    "ceil_mode": True}),
+    ((1, 1, 3, 4, 4), {"kernel": (2, 2, 3), "strides": (2, 1, 2), "pads": (1, 0, 1, 0, 1, 1),
+                       "ceil_mode": True}),
+]
+
+
+@pytest.mark.parametrize("x_shape, attrs", POOL_CASES)
+def test_max_pool(x_shape, attrs) -> None:
+    run("max_pool", x_shape, **attrs)
+
+
+@pytest.mark.parametrize("x_shape, attrs", [
+    ((1, 1, 9), {"kernel": (3,), "dilations": (2,), "pads": (2, 1), "ceil_mode": True,
+                 "strides": (2,)}),
+    ((1, 1, 6, 6), {"kernel": (2, 2), "dilations": (2, 3), "pads": (1, 1, 1, 1)}),
+])
+def test_max_pool_dilations(x_shape, attrs) -> None:
+    run("max_pool", x_shape, **attrs)
+
+
+@pytest.mark.parametrize("dtype", [DType.i8, DType.u8, DType.i32, DType.f16])
+def test_max_pool_dtypes(dtype) -> None:
+    # Padding never wins, even over the smallest value of the type.
+    run("max_pool", (1, 2, 4, 5), dtype, kernel=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1),
+        ceil_mode=True)
+
+
+@pytest.mark.parametrize("include", [False, True])
+@pytest.mark.parametrize("x_shape, attrs", POOL_CASES)
+def test_avg_pool(x_shape, attrs, include) -> None:
+    run("avg_pool", x_shape, count_include_pad=include, rtol=1e-5, atol=1e-6, **attrs)
+
+
+@pytest.mark.parametrize("dtype", [DType.f16, DType.bf16, DType.f64])
+def test_avg_pool_dtypes(dtype) -> None:
+    tol = {DType.f16: 2e-3, DType.bf16: 1e-2, DType.f64: 1e-12}[dtype]
+    run("avg_pool", (1, 2, 5, 4), dtype, kernel=(2, 3), strides=(2, 1), pads=(1, 1, 1, 1),
+        ceil_mode=True, count_include_pad=True, rtol=tol, atol=tol)
+
+
+COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel",
+                    "align_corners", "asymmetric")
+NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
+@pytest.mark.parametrize("coord", COORDINATE_MODES)
+@pytest.mark.parametrize("nearest", NEAREST_MODES)
+def test_resize_nearest(coord, nearest) -> None:
+    run("resize", (1, 2, 3, 4), sizes=(1, 2, 7, 3), mode="nearest",
+        coordinate_transformation_mode=coord, nearest_mode=nearest)
+
+
+@pytest.mark.parametrize("coord", COORDINATE_MODES)
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+def test_resize_interpolating(coord, mode) -> None:
+    run("resize", (1, 1, 4, 3), sizes=(1, 1, 6, 2), mode=mode,
+        coordinate_transformation_mode=coord, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+def test_resize_scales_and_exclude_outside(mode) -> None:
+    # Scales that are not sizes / input (2.6 * 3 -> 7), a single output, and exclude_outside.
+    for coord in ("half_pixel", "half_pixel_symmetric", "asymmetric", "pytorch_half_pixel"):
+        run("resize", (1, 3, 3, 4), sizes=(1, 3, 7, 1), scales=(1.0, 1.0, 2.6, 0.3),
+            mode=mode, coordinate_transformation_mode=coord, exclude_outside=True,
+            cubic_coeff_a=-0.5, rtol=1e-5, atol=1e-5)
+
+
+def test_resize_every_axis_and_halves() -> None:
+    run("resize", (2, 3, 2), sizes=(3, 2, 4), mode="linear", rtol=1e-5, atol=1e-5)
+    run("resize", (1, 1, 3, 3), DType.f16, sizes=(1, 1, 5, 4), mode="cubic",
+        rtol=1e-2, atol=1e-2)
+    run("resize", (1, 1, 3, 3), DType.bf16, sizes=(1, 1, 2, 5), mode="linear",
+        coordinate_transformation_mode="align_corners", rtol=2e-2, atol=2e-2)
