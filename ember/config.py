@@ -8,20 +8,21 @@ from dataclasses import dataclass, field
 
 from ember.errors import EmberError
 
-EXECUTORS = ("interp",)
+EXECUTORS = ("interp", "cpu")
 
 
 @dataclass(frozen=True)
 class Config:
-    # What runs the graph: the reference interpreter (the compiled CPU path is phase 3).
+    # What runs the graph: "cpu" (compiled through LLVM) or "interp" (the reference).
     executor: str = field(default_factory=lambda: os.environ.get("EMBER_BACKEND") or "interp")
     # How many input signatures one compiled callable keeps before evicting the oldest.
     max_specializations: int = 8
+    # Keep compiled code on disk (EMBER_CACHE_DIR) so that a new process skips every stage.
+    disk_cache: bool = True
 
     def __post_init__(self) -> None:
         if self.executor not in EXECUTORS:
             raise EmberError(f"unknown executor '{self.executor}' (available:"
-                             f" {', '.join(EXECUTORS)}; the compiled CPU executor arrives with"
-                             " the loop IR and code generation)")
+                             f" {', '.join(EXECUTORS)})")
         if self.max_specializations < 1:
             raise EmberError("max_specializations must be at least 1")

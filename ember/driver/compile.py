@@ -30,7 +30,7 @@ def compile(obj: Any, example_inputs: Any = None, *, config: Config | None = Non
     """Compile a torch.nn.Module, an ONNX model (ModelProto, path or bytes) or a Graph."""
     config = config or Config()
     if isinstance(obj, Graph):
-        return CompiledGraph(obj)
+        return CompiledGraph(obj, config)
     if _is_torch_module(obj):
         compiled = CompiledModule(obj, config, strict)
         if example_inputs is not None:
@@ -41,7 +41,7 @@ def compile(obj: Any, example_inputs: Any = None, *, config: Config | None = Non
         from ember.frontends.onnx.backend import EmberRep
         from ember.frontends.onnx.importer import load_model
 
-        return EmberRep(load_model(obj), config.executor)
+        return EmberRep(load_model(obj), config=config)
     raise EmberError(f"cannot compile a {type(obj).__name__}: expected a torch.nn.Module,"
                      " an ONNX model or path, or an ember Graph")
 
@@ -62,14 +62,24 @@ def _is_onnx(obj: Any) -> bool:
     return type(obj).__name__ == "ModelProto"
 
 
+def executor_for(graph: Graph, config: Config) -> Any:
+    """A function running `graph` on arrays (or tensors): compiled, or the interpreter."""
+    if config.executor == "cpu":
+        from ember.driver.pipeline import compile_graph
+
+        return compile_graph(graph, config)
+    return lambda *arrays: interpret(graph, list(arrays))
+
+
 class CompiledGraph:
     """A graph as a function of NumPy arrays (inputs checked against the graph's types)."""
 
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, config: Config | None = None):
         self.graph = graph
+        self.run = executor_for(graph, config or Config())
 
     def __call__(self, *arrays: Any) -> list[np.ndarray]:
-        return interpret(self.graph, list(arrays))
+        return self.run(*arrays)
 
 
 class CompiledModule:

@@ -222,3 +222,23 @@ class Graph:
     def __repr__(self) -> str:
         n = sum(1 for _ in self.walk())
         return f"Graph(@{self.name}, {len(self.inputs)} inputs, {n} ops)"
+
+
+def clone_graph(graph: Graph) -> Graph:
+    """A copy of `graph` whose ops and values are new (passes mutate graphs in place);
+    the constant arrays are shared, since nothing writes to them."""
+    mapping: dict[Value, Value] = {}
+
+    def clone_region(region: Region) -> Region:
+        new = Region(region.arg_types, [a.name for a in region.args])
+        mapping.update(zip(region.args, new.args))
+        for op in region.ops:
+            regions = [clone_region(r) for r in op.regions]
+            copy = Op(op.name, [mapping[v] for v in op.operands], dict(op.attrs),
+                      [r.type for r in op.results], regions, op.loc, [r.name for r in op.results])
+            mapping.update(zip(op.results, copy.results))
+            new.ops.append(copy)
+        new.outputs = [mapping[v] for v in region.outputs]
+        return new
+
+    return Graph(graph.name, clone_region(graph.body), dict(graph.constants))

@@ -4,12 +4,12 @@
 A prepared model is imported lazily, at its first run, when the input values are known:
 inputs that decide shapes (a Reshape target fed as an input, say) are specialized on
 their values, and the compiled graph is cached per input signature and those values.
-The executor is the reference interpreter (`EMBER_BACKEND=interp`, the default for now).
+The executor is compiled code (`EMBER_BACKEND=cpu`) or the reference interpreter
+(`EMBER_BACKEND=interp`), or the `executor=` keyword of `prepare`.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,20 +18,11 @@ import numpy as np
 import onnx
 from onnx.backend.base import Backend, BackendRep
 
+from ember.config import Config
+from ember.driver.compile import executor_for
 from ember.errors import EmberError, ShapeError
 from ember.frontends.onnx.importer import Importer, load_model
-from ember.graph.interp import interpret
 from ember.graph.ir import Graph
-
-EXECUTORS = ("interp",)
-
-
-def _executor(name: str | None) -> str:
-    name = name or os.environ.get("EMBER_BACKEND") or "interp"
-    if name not in EXECUTORS:
-        raise EmberError(f"unknown executor '{name}' (available: {', '.join(EXECUTORS)};"
-                         " the compiled CPU executor arrives with the loop IR and codegen)")
-    return name
 
 
 @dataclass
@@ -39,16 +30,16 @@ class _Specialization:
     signature: tuple
     values: dict[str, np.ndarray]  # inputs whose values the graph was specialized on
     graph: Graph
+    run: Any  # the graph's executor: the interpreter, or compiled code
 
 
 class EmberRep(BackendRep):
     """A prepared model: run(inputs) returns the outputs as a tuple of arrays."""
 
-    MAX_SPECIALIZATIONS = 8
-
-    def __init__(self, model: onnx.ModelProto, executor: str | None = None):
+    def __init__(self, model: onnx.ModelProto, executor: str | None = None,
+                 config: Config | None = None):
         self.model = model
-        self.executor = _executor(executor)
+        self.config = config or (Config(executor=executor) if executor else Config())
         initializers = {t.name for t in model.graph.initializer}
         self.input_names = [i.name for i in model.graph.input if i.name not in initializers]
         self.specializations: list[_Specialization] = []
@@ -65,25 +56,25 @@ class EmberRep(BackendRep):
             raise ShapeError(f"the model takes {len(self.input_names)} inputs, got {len(inputs)}")
         return [np.asarray(a) for a in inputs]
 
-    def graph_for(self, arrays: Sequence[np.ndarray]) -> Graph:
-        """The imported graph for these inputs, from the cache or imported now."""
+    def graph_for(self, arrays: Sequence[np.ndarray]) -> _Specialization:
+        """The imported (and compiled) graph for these inputs, cached or made now."""
         signature = tuple((a.dtype.str, a.shape) for a in arrays)
         by_name = dict(zip(self.input_names, arrays))
         for entry in self.specializations:
             if entry.signature == signature and all(
                     np.array_equal(by_name[n], v) for n, v in entry.values.items()):
-                return entry.graph
+                return entry
         importer = Importer(self.model, input_values=by_name)
         graph = importer.run()
         values = {n: by_name[n].copy() for n in importer.specialized}
-        self.specializations.insert(0, _Specialization(signature, values, graph))
-        del self.specializations[self.MAX_SPECIALIZATIONS:]
-        return graph
+        run = executor_for(graph, self.config)
+        self.specializations.insert(0, _Specialization(signature, values, graph, run))
+        del self.specializations[self.config.max_specializations:]
+        return self.specializations[0]
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
         arrays = self._arrays(inputs)
-        graph = self.graph_for(arrays)
-        return tuple(interpret(graph, arrays))
+        return tuple(self.graph_for(arrays).run(*arrays))
 
 
 class EmberBackend(Backend):

@@ -88,7 +88,7 @@ def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.dtype.kind == "u":
         return np.floor_divide(a, b)
     q = np.floor_divide(a, b)
-    inexact = (q * b != a) & ((a < 0) != (b < 0))
+    inexact = (q * b != a) & ((a < 0) != (b < 0)) & (b != 0)
     return q + inexact.astype(q.dtype)
 
 

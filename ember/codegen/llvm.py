@@ -1,0 +1,383 @@
+"""Loop IR -> LLVM IR (llvmlite.ir), independent of the target.
+
+A `Kernel` becomes `void @<name>(ptr %<param>, ...)`: one pointer per parameter, each to a
+row-major buffer whose element strides are `Buffer.strides`. Locals are allocas in the entry
+block (LLVM promotes them), loop counters too. Scalar code comes from the op tables in
+`ember.codegen.scalar`; this module emits the structure around it: loops, ifs, loads, stores.
+
+A `Program` becomes one module: its kernels plus
+
+    void @<program>_entry(ptr inputs, ptr outputs, ptr constants, ptr arena)
+
+where `inputs`, `outputs` and `constants` are arrays of buffer pointers in the order of the
+program's buffers of that kind, and `arena` is one block holding every temp buffer at the
+byte offset the memory plan gives it. The entry runs the program's steps in order.
+
+Every buffer pointer must be aligned to its element size (LLVM assumes the ABI alignment of
+the element type); aligning to 64 bytes lets later vector code use aligned accesses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from llvmlite import ir
+
+from ember.codegen import CodegenError, scalar
+from ember.codegen.scalar import (
+    I64,
+    PTR,
+    cast,
+    constant,
+    from_storage,
+    reserved_symbols,
+    storage_type,
+    to_storage,
+)
+from ember.dtypes import DType
+from ember.loops.ir import (
+    INDEX,
+    Binary,
+    Buffer,
+    Call,
+    Cast,
+    Const,
+    Expr,
+    For,
+    If,
+    Kernel,
+    Load,
+    Program,
+    ProgramIf,
+    ProgramLoop,
+    ProgramStep,
+    Select,
+    Stmt,
+    Store,
+    Unary,
+    Var,
+)
+
+VOID = ir.VoidType()
+ENTRY_ARGS = ("inputs", "outputs", "constants", "arena")
+
+
+def entry_name(program_name: str) -> str:
+    """The symbol of a program's entry function."""
+    return f"{program_name}_entry"
+
+
+def load_scalar(b: ir.IRBuilder, ptr: ir.Value, t: DType) -> ir.Value:
+    return from_storage(b, b.load(ptr, typ=storage_type(t)), t)
+
+
+def store_scalar(b: ir.IRBuilder, value: ir.Value, ptr: ir.Value, t: DType) -> None:
+    b.store(to_storage(b, value, t), ptr)
+
+
+# -- kernels -----------------------------------------------------------------------------------
+
+class KernelEmitter:
+    """Emits one kernel's body into its function: a walk over statements and expressions,
+    each kind of node handled by the method that the tables at the end of the class name."""
+
+    def __init__(self, fn: ir.Function, kernel: Kernel):
+        self.kernel = kernel
+        # Allocas go to the entry block, which ends with a branch to the code once it is done.
+        self.allocas = ir.IRBuilder(fn.append_basic_block("entry"))
+        self.start = fn.append_basic_block("start")
+        self.b = ir.IRBuilder(self.start)
+        self.buffers: dict[str, tuple[ir.Value, Buffer]] = {
+            p.name: (arg, p) for arg, p in zip(fn.args, kernel.params)}
+        for local in kernel.locals:
+            slot = self.allocas.alloca(ir.ArrayType(storage_type(local.dtype), local.numel),
+                                       name=local.name)
+            self.buffers[local.name] = (slot, local)
+        self.local_names = {local.name for local in kernel.locals}
+        self.vars: dict[str, ir.Value] = {}
+
+    def error(self, message: str) -> CodegenError:
+        return CodegenError(f"kernel @{self.kernel.name}: {message}")
+
+    def emit(self) -> None:
+        self.stmts(self.kernel.body)
+        self.b.ret_void()
+        self.allocas.branch(self.start)
+
+    # -- statements
+    def stmts(self, stmts: Sequence[Stmt]) -> None:
+        for s in stmts:
+            self.STMT[type(s)](self, s)
+
+    def store(self, s: Store) -> None:
+        ptr, buf = self.element_ptr(s.buffer, s.index)
+        if s.value.dtype is not buf.dtype:
+            raise self.error(f"storing a {s.value.dtype} value into %{s.buffer}: {buf.dtype}")
+        store_scalar(self.b, self.expr(s.value), ptr, buf.dtype)
+
+    def for_(self, s: For) -> None:
+        if s.step == 0:
+            raise self.error(f"loop %{s.var.name} has step 0")
+        b = self.b
+        start, stop = self.index(s.start), self.index(s.stop)  # both evaluated once
+        counter = self.allocas.alloca(I64, name=s.var.name)
+        b.store(start, counter)
+        header = b.append_basic_block(f"{s.var.name}.header")
+        body = b.append_basic_block(f"{s.var.name}.body")
+        done = b.append_basic_block(f"{s.var.name}.done")
+        b.branch(header)
+        b.position_at_end(header)
+        more = b.icmp_signed("<" if s.step > 0 else ">", b.load(counter, typ=I64), stop)
+        b.cbranch(more, body, done)
+        b.position_at_end(body)
+        outer = self.vars.get(s.var.name)
+        self.vars[s.var.name] = counter
+        self.stmts(s.body)
+        b.store(b.add(b.load(counter, typ=I64), ir.Constant(I64, s.step)), counter)
+        b.branch(header)
+        if outer is None:
+            del self.vars[s.var.name]
+        else:
+            self.vars[s.var.name] = outer
+        b.position_at_end(done)
+
+    def if_(self, s: If) -> None:
+        cond = self.condition(s.cond)
+        if not s.orelse:
+            with self.b.if_then(cond):
+                self.stmts(s.then)
+            return
+        with self.b.if_else(cond) as (then, orelse):
+            with then:
+                self.stmts(s.then)
+            with orelse:
+                self.stmts(s.orelse)
+
+    STMT = {Store: store, For: for_, If: if_}
+
+    # -- expressions
+    def expr(self, e: Expr) -> ir.Value:
+        return self.EXPR[type(e)](self, e)
+
+    def index(self, e: Expr) -> ir.Value:
+        """An index expression as i64."""
+        value = self.expr(e)
+        if e.dtype is INDEX:
+            return value
+        if e.dtype.is_float:
+            raise self.error(f"a {e.dtype} expression used as an index")
+        return cast(self.b, value, e.dtype, INDEX)
+
+    def condition(self, e: Expr) -> ir.Value:
+        if e.dtype is not DType.bool:
+            raise self.error(f"a condition must be bool, not {e.dtype}")
+        return self.expr(e)
+
+    def element_ptr(self, name: str, index: Sequence[Expr]) -> tuple[ir.Value, Buffer]:
+        if name not in self.buffers:
+            raise self.error(f"unknown buffer %{name}")
+        base, buf = self.buffers[name]
+        if len(index) != len(buf.shape):
+            raise self.error(f"%{name} has rank {len(buf.shape)}, indexed with {len(index)}")
+        b = self.b
+        offset = None
+        for i, stride in zip(index, buf.strides):
+            term = self.index(i)
+            if stride != 1:
+                term = b.mul(term, ir.Constant(I64, stride))
+            offset = term if offset is None else b.add(offset, term)
+        if name in self.local_names:  # llvmlite's alloca is a typed pointer to an array
+            offset = ir.Constant(I64, 0) if offset is None else offset
+            return b.gep(base, [ir.Constant(I64, 0), offset], inbounds=True), buf
+        if offset is None:
+            return base, buf
+        return b.gep(base, [offset], inbounds=True, source_etype=storage_type(buf.dtype)), buf
+
+    def const(self, e: Const) -> ir.Value:
+        return constant(e.value, e.dtype)
+
+    def var(self, e: Var) -> ir.Value:
+        if e.name not in self.vars:
+            raise self.error(f"index variable %{e.name} is used outside its loop")
+        return self.b.load(self.vars[e.name], typ=I64)
+
+    def load(self, e: Load) -> ir.Value:
+        ptr, buf = self.element_ptr(e.buffer, e.index)
+        if e.dtype is not buf.dtype:
+            raise self.error(f"loading %{e.buffer}: {buf.dtype} as {e.dtype}")
+        return load_scalar(self.b, ptr, buf.dtype)
+
+    def unary(self, e: Unary) -> ir.Value:
+        return self.op(scalar.unary, e.op, e.a.dtype, self.expr(e.a))
+
+    def binary(self, e: Binary) -> ir.Value:
+        if e.a.dtype is not e.b.dtype:
+            raise self.error(f"{e.op} of {e.a.dtype} and {e.b.dtype}")
+        return self.op(scalar.binary, e.op, e.a.dtype, self.expr(e.a), self.expr(e.b))
+
+    def op(self, emit, op: str, t: DType, *xs: ir.Value) -> ir.Value:
+        try:
+            return emit(self.b, op, t, *xs)
+        except CodegenError as error:
+            raise self.error(str(error)) from None
+
+    def select(self, e: Select) -> ir.Value:
+        if e.a.dtype is not e.b.dtype:
+            raise self.error(f"select between {e.a.dtype} and {e.b.dtype}")
+        return self.b.select(self.condition(e.cond), self.expr(e.a), self.expr(e.b))
+
+    def cast(self, e: Cast) -> ir.Value:
+        return cast(self.b, self.expr(e.a), e.a.dtype, e.dtype)
+
+    EXPR = {Const: const, Var: var, Load: load, Unary: unary, Binary: binary, Select: select,
+            Cast: cast}
+
+
+def declare_kernel(module: ir.Module, kernel: Kernel) -> ir.Function:
+    fn = ir.Function(module, ir.FunctionType(VOID, [PTR] * len(kernel.params)), kernel.name)
+    fn.attributes.add("nounwind")
+    for arg, param in zip(fn.args, kernel.params):
+        arg.name = param.name
+    return fn
+
+
+def _check_names(names: list[str], entry: str | None = None) -> None:
+    reserved = reserved_symbols()
+    seen: set[str] = set()
+    for name in names:
+        if name in reserved or name.startswith("llvm.") or name == entry:
+            raise CodegenError(f"kernel name @{name} is reserved for a function that"
+                               " generated code calls")
+        if name in seen:
+            raise CodegenError(f"two kernels are named @{name}")
+        seen.add(name)
+
+
+def _add_kernels(module: ir.Module, kernels: Sequence[Kernel]) -> dict[str, ir.Function]:
+    functions = {k.name: declare_kernel(module, k) for k in kernels}
+    for k in kernels:
+        KernelEmitter(functions[k.name], k).emit()
+    return functions
+
+
+def kernel_module(kernels: Sequence[Kernel], name: str = "kernels") -> ir.Module:
+    """A module holding just `kernels` (for tests, the tuner and single-kernel benchmarks)."""
+    _check_names([k.name for k in kernels])
+    module = ir.Module(name=name)
+    _add_kernels(module, kernels)
+    return module
+
+
+# -- programs ------------------------------------------------------------------------------------
+
+class EntryEmitter:
+    """Emits a program's entry function: buffer pointers first, then the steps in order."""
+
+    def __init__(self, module: ir.Module, program: Program, plan: dict[str, int],
+                 functions: dict[str, ir.Function]):
+        self.program, self.functions = program, functions
+        fn = ir.Function(module, ir.FunctionType(VOID, [PTR] * 4), entry_name(program.name))
+        fn.attributes.add("nounwind")
+        for arg, arg_name in zip(fn.args, ENTRY_ARGS):
+            arg.name = arg_name
+        tables = dict(zip(ENTRY_ARGS, fn.args))
+        self.b = b = ir.IRBuilder(fn.append_basic_block("entry"))
+        self.ptrs: dict[str, ir.Value] = {}
+        for kind in ("input", "output", "constant"):
+            for i, buf in enumerate(program.of_kind(kind)):
+                slot = b.gep(tables[kind + "s"], [ir.Constant(I64, i)], inbounds=True,
+                             source_etype=PTR)
+                self.ptrs[buf.name] = b.load(slot, typ=PTR, name=buf.name)
+        for buf in program.of_kind("temp"):
+            if buf.name not in plan:
+                raise self.error(f"the memory plan has no offset for temp %{buf.name}")
+            self.ptrs[buf.name] = b.gep(tables["arena"], [ir.Constant(I64, plan[buf.name])],
+                                        inbounds=True, source_etype=scalar.I8, name=buf.name)
+
+    def error(self, message: str) -> CodegenError:
+        return CodegenError(f"program @{self.program.name}: {message}")
+
+    def emit(self) -> None:
+        self.steps(self.program.steps)
+        self.b.ret_void()
+
+    def steps(self, steps: Sequence[ProgramStep]) -> None:
+        for s in steps:
+            self.STEP[type(s)](self, s)
+
+    def buffer(self, name: str) -> tuple[ir.Value, Buffer]:
+        if name not in self.ptrs:
+            raise self.error(f"unknown buffer %{name}")
+        return self.ptrs[name], self.program.buffer(name).buffer
+
+    def scalar(self, name: str) -> tuple[ir.Value, DType]:
+        """Pointer and dtype of a one-element buffer (a condition, counter or trip count)."""
+        ptr, buf = self.buffer(name)
+        if buf.numel != 1:
+            raise self.error(f"%{name} must hold one element, it has shape {list(buf.shape)}")
+        return ptr, buf.dtype
+
+    def flag(self, name: str) -> ir.Value:
+        ptr, dtype = self.scalar(name)
+        if dtype is not DType.bool:
+            raise self.error(f"condition %{name} must be bool, not {dtype}")
+        return load_scalar(self.b, ptr, dtype)
+
+    def call(self, s: Call) -> None:
+        fn = self.functions.get(s.kernel)
+        if fn is None:
+            raise self.error(f"call of unknown kernel @{s.kernel}")
+        params = self.program.kernel(s.kernel).params
+        if len(s.args) != len(params):
+            raise self.error(f"@{s.kernel} takes {len(params)} buffers, given {len(s.args)}")
+        args = []
+        for name, param in zip(s.args, params):
+            ptr, buf = self.buffer(name)
+            if buf.dtype is not param.dtype or buf.numel != param.numel:
+                raise self.error(f"@{s.kernel} parameter %{param.name}:"
+                                 f" {param.dtype}{list(param.shape)} given %{name}:"
+                                 f" {buf.dtype}{list(buf.shape)}")
+            args.append(ptr)
+        self.b.call(fn, args)
+
+    def if_(self, s: ProgramIf) -> None:
+        with self.b.if_else(self.flag(s.cond)) as (then, orelse):
+            with then:
+                self.steps(s.then)
+            with orelse:
+                self.steps(s.orelse)
+
+    def loop(self, s: ProgramLoop) -> None:
+        b = self.b
+        counter, counter_type = self.scalar(s.counter)
+        trip, trip_type = self.scalar(s.trip_count)
+        for name, t in ((s.counter, counter_type), (s.trip_count, trip_type)):
+            if not t.is_int:
+                raise self.error(f"loop %{name} must be an integer, not {t}")
+        store_scalar(b, constant(0, counter_type), counter, counter_type)
+        header = b.append_basic_block("loop.header")
+        body = b.append_basic_block("loop.body")
+        done = b.append_basic_block("loop.done")
+        b.branch(header)
+        b.position_at_end(header)
+        count = cast(b, load_scalar(b, counter, counter_type), counter_type, INDEX)
+        limit = cast(b, load_scalar(b, trip, trip_type), trip_type, INDEX)
+        b.cbranch(b.and_(b.icmp_signed("<", count, limit), self.flag(s.cond)), body, done)
+        b.position_at_end(body)
+        self.steps(s.body)
+        count = load_scalar(b, counter, counter_type)
+        store_scalar(b, b.add(count, constant(1, counter_type)), counter, counter_type)
+        b.branch(header)
+        b.position_at_end(done)
+
+    STEP = {Call: call, ProgramIf: if_, ProgramLoop: loop}
+
+
+def program_module(program: Program, plan: dict[str, int]) -> ir.Module:
+    """One module for `program`: its kernels and its entry function. `plan` maps each temp
+    buffer to its byte offset in the arena."""
+    _check_names([k.name for k in program.kernels], entry_name(program.name))
+    module = ir.Module(name=program.name)
+    functions = _add_kernels(module, program.kernels)
+    EntryEmitter(module, program, plan, functions).emit()
+    return module

@@ -1,0 +1,71 @@
+"""The compiled CPU path, stage by stage: graph passes, lowering to loops, memory plan,
+LLVM code generation, JIT. One function strings the stages together; the caches skip
+them when the same graph, signature, config and target were compiled before.
+
+    graph (L1) --passes--> graph (L1) --lower--> program (L2) --plan, codegen--> object code
+                                                                  --load--> Executable
+
+EMBER_DUMP=dir writes every stage: the input and optimized graph (by the pass manager),
+the loop IR, the LLVM IR and the assembly.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from ember.config import Config
+from ember.driver.pass_manager import PassManager, write_atomically
+from ember.graph.ir import Graph, clone_graph
+from ember.graph.passes import DEFAULT_PIPELINE
+from ember.runtime.cache import CacheStats, DiskCache, MemoryCache, cache_key, get_or_build
+from ember.runtime.executable import Artifact, Executable, build_artifact, load_artifact
+
+_MEMORY = MemoryCache()
+stats = CacheStats()  # hits and builds of this process, for tests and explain
+
+
+def signature(graph: Graph) -> tuple:
+    return tuple((v.dtype.value, v.shape) for v in graph.inputs)
+
+
+def build(graph: Graph, config: Config) -> Artifact:
+    """Every stage, from a graph to object code (the cold path)."""
+    from ember.codegen.cpu import assembly_text, llvm_ir_text
+    from ember.codegen.llvm import program_module
+    from ember.loops.lower import lower_graph
+    from ember.loops.text import print_program
+    from ember.loops.verify import verify_program
+    from ember.runtime.memory_plan import plan_memory
+
+    timings = {}
+    start = time.perf_counter()
+    optimized = PassManager(DEFAULT_PIPELINE).run(clone_graph(graph))
+    timings["graph passes"] = time.perf_counter() - start
+    start = time.perf_counter()
+    program = verify_program(lower_graph(optimized))
+    plan = plan_memory(program)
+    timings["lowering"] = time.perf_counter() - start
+    start = time.perf_counter()
+    artifact = build_artifact(program, plan)
+    timings["llvm"] = time.perf_counter() - start
+    artifact.extra["timings"] = timings
+    artifact.extra["kernels"] = len(program.kernels)
+    dump = os.environ.get("EMBER_DUMP")
+    if dump:
+        folder = Path(dump)
+        write_atomically(folder / "loops.ir", print_program(program, constants="elide"))
+        module = program_module(program, plan.offsets)
+        write_atomically(folder / "llvm.ll", llvm_ir_text(module))
+        write_atomically(folder / "asm.s", assembly_text(module))
+    return artifact
+
+
+def compile_graph(graph: Graph, config: Config | None = None) -> Executable:
+    """`graph` compiled for the host, from the caches when it was compiled before."""
+    config = config or Config()
+    key = cache_key(graph, signature(graph), config)
+    disk = DiskCache() if config.disk_cache else None
+    return get_or_build(key, lambda: build(graph, config), load_artifact, memory=_MEMORY,
+                        disk=disk, stats=stats)

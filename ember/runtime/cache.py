@@ -1,0 +1,302 @@
+"""Compile caches: in memory, and on disk so that a new process skips every stage.
+
+    key = cache_key(graph, signature, config)            # content hash
+    exe = get_or_build(key, build, load, memory=MemoryCache(), disk=DiskCache())
+
+The key hashes what decides the machine code: the input graph's text (constants hashed
+by their bytes), the input signature, the config, the target (triple, CPU, features) and
+Ember's version. A disk entry is a folder `<root>/<key[:2]>/<key>/` holding the object
+code (`code.o`), the constants (`constants.bin`, 64-byte aligned) and `meta.json`: the
+program's interface, memory plan, constants index, and a checksum of every file and of
+itself. Entries are written into a temp folder and renamed into place, so a reader never
+sees half an entry; one that fails its checks is discarded and rebuilt.
+
+The root is `EMBER_CACHE_DIR`, else `$XDG_CACHE_HOME/ember`, else `~/.cache/ember`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ember.dtypes import DType, from_numpy
+from ember.runtime.executable import Artifact, Interface, _aligned_empty
+from ember.runtime.memory_plan import MemoryPlan, align
+
+log = logging.getLogger("ember.cache")
+
+FORMAT = 1
+CODE, CONSTANTS, META = "code.o", "constants.bin", "meta.json"
+
+
+def cache_dir() -> Path:
+    """The on-disk cache's root (EMBER_CACHE_DIR, else the XDG cache folder)."""
+    if os.environ.get("EMBER_CACHE_DIR"):
+        return Path(os.environ["EMBER_CACHE_DIR"]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
+    return base / "ember"
+
+
+# -- keys -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Target:
+    triple: str
+    cpu: str
+    features: str
+
+    @staticmethod
+    @functools.cache
+    def host() -> Target:
+        import llvmlite.binding as llvm
+
+        llvm.initialize_native_target()
+        features = ",".join(sorted(llvm.get_host_cpu_features().flatten().split(",")))
+        return Target(llvm.get_process_triple(), llvm.get_host_cpu_name(), features)
+
+
+def _array_bytes(h: Any, name: str, data: np.ndarray) -> None:
+    data = np.ascontiguousarray(data)
+    h.update(f"\n@{name} {data.dtype.str} {data.dtype.name} {data.shape}\n".encode())
+    h.update(data.reshape(-1).view(np.uint8).data)
+
+
+def graph_fingerprint(graph: Any) -> str:
+    """A hash of a graph: its text with the constant table elided, then each constant's
+    bytes (hashing bytes is much faster than printing them)."""
+    from ember.graph.text import print_graph
+
+    h = hashlib.sha256(print_graph(graph, constants="elide").encode())
+    for name, data in graph.constants.items():
+        _array_bytes(h, name, data)
+    return h.hexdigest()
+
+
+def _jsonable(x: Any) -> Any:
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return {f.name: _jsonable(getattr(x, f.name)) for f in dataclasses.fields(x)}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    return str(x)
+
+
+def cache_key(graph: Any, signature: Any, config: Any, target: Target | None = None,
+              version: str | None = None) -> str:
+    """The content hash that names a compiled graph in both caches."""
+    if version is None:
+        version = code_version()
+    target = target or Target.host()
+    parts = {"format": FORMAT, "graph": graph_fingerprint(graph),
+             "signature": _jsonable(signature), "config": _jsonable(config),
+             "target": _jsonable(target), "version": version}
+    return _sha(json.dumps(parts, sort_keys=True).encode())
+
+
+@functools.cache
+def code_version() -> str:
+    """Ember's version and a hash of its source: a changed compiler never reuses old code."""
+    import ember
+
+    digest = hashlib.sha256(ember.__version__.encode())
+    root = Path(ember.__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _sha(data: Any) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# -- what a cache entry holds ---------------------------------------------------------------
+
+class CorruptEntry(Exception):
+    """A disk entry that fails its checks (internal: the entry is discarded and rebuilt)."""
+
+
+def _constants_layout(constants: dict[str, np.ndarray]) -> tuple[list[list[Any]], int]:
+    index, offset = [], 0
+    for name, data in constants.items():
+        dtype = from_numpy(data.dtype)
+        index.append([name, dtype.value, list(data.shape), offset, data.nbytes])
+        offset = align(offset + data.nbytes)
+    return index, offset
+
+
+class DiskCache:
+    """Compiled artifacts in folders under `root`, one per key."""
+
+    def __init__(self, root: str | os.PathLike | None = None):
+        self.root = Path(root) if root is not None else cache_dir()
+        self.discarded = 0
+
+    def path(self, key: str) -> Path:
+        return self.root / key[:2] / key
+
+    def load(self, key: str) -> Artifact | None:
+        """The entry for `key`, or None when there is none or it was corrupt (then removed)."""
+        path = self.path(key)
+        if not path.is_dir():
+            return None
+        try:
+            return self._read(key, path)
+        except (CorruptEntry, OSError, ValueError, KeyError, TypeError) as e:
+            log.warning("ember cache: discarding corrupt entry %s (%s)", path, e)
+            self.discarded += 1
+            self.discard(key)
+            return None
+
+    def _read(self, key: str, path: Path) -> Artifact:
+        meta = json.loads((path / META).read_text())
+        body = meta["body"]
+        if _sha(_canonical(body)) != meta["checksum"]:
+            raise CorruptEntry("metadata checksum mismatch")
+        if body["format"] != FORMAT or body["key"] != key:
+            raise CorruptEntry("entry of another format or key")
+        code = (path / CODE).read_bytes()
+        _verify(code, body["files"][CODE], CODE)
+        size = body["files"][CONSTANTS][0]
+        blob, _ = _aligned_empty(size)
+        with open(path / CONSTANTS, "rb") as f:
+            if f.readinto(memoryview(blob)) != size or f.read(1):
+                raise CorruptEntry(f"{CONSTANTS} has the wrong size")
+        _verify(blob, body["files"][CONSTANTS], CONSTANTS)
+        constants = {}
+        for name, dtype, shape, offset, nbytes in body["constants"]:
+            np_type = DType(dtype).np
+            view = blob[offset:offset + nbytes].view(np_type).reshape(shape)
+            view.flags.writeable = False
+            constants[name] = view
+        return Artifact(code, Interface.from_json(body["interface"]),
+                        MemoryPlan.from_json(body["plan"]), constants, body["extra"])
+
+    def store(self, key: str, artifact: Artifact) -> Path:
+        """Write the entry for `key` atomically; an entry already there is kept."""
+        final = self.path(key)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=final.parent))
+        try:
+            self._write(key, artifact, tmp)
+            try:
+                os.replace(tmp, final)
+            except OSError:  # another process stored the same key first: keep theirs
+                if not final.is_dir():
+                    raise
+                shutil.rmtree(tmp, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return final
+
+    def _write(self, key: str, artifact: Artifact, folder: Path) -> None:
+        index, size = _constants_layout(artifact.constants)
+        blob = np.zeros(size, np.uint8)
+        for (_, _, _, offset, nbytes), data in zip(index, artifact.constants.values()):
+            blob[offset:offset + nbytes] = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        _write_file(folder / CODE, artifact.object_code)
+        _write_file(folder / CONSTANTS, blob)
+        body = {"format": FORMAT, "key": key, "interface": artifact.interface.to_json(),
+                "plan": artifact.plan.to_json(), "constants": index, "extra": artifact.extra,
+                "files": {CODE: [len(artifact.object_code), _sha(artifact.object_code)],
+                          CONSTANTS: [size, _sha(blob)]}}
+        meta = {"checksum": _sha(_canonical(body)), "body": body}
+        _write_file(folder / META, json.dumps(meta, indent=1).encode())
+
+    def discard(self, key: str) -> None:
+        """Remove the entry for `key`: renamed aside first, so readers never see half of it."""
+        path = self.path(key)
+        trash = path.parent / f".trash-{key}-{os.getpid()}-{id(self)}"
+        try:
+            os.replace(path, trash)
+        except OSError:
+            return
+        shutil.rmtree(trash, ignore_errors=True)
+
+
+def _canonical(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _verify(data: Any, expected: list[Any], what: str) -> None:
+    size, checksum = expected
+    if len(data) != size or _sha(data) != checksum:
+        raise CorruptEntry(f"{what} fails its checksum")
+
+
+def _write_file(path: Path, data: Any) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+# -- the in-memory cache, and the lookup that uses both ---------------------------------------
+
+class MemoryCache:
+    """The most recently used compiled executables of this process, by key."""
+
+    def __init__(self, max_entries: int = 64):
+        self.max_entries = max_entries
+        self.entries: OrderedDict[str, Any] = OrderedDict()
+
+    def get(self, key: str) -> Any:
+        if key in self.entries:
+            self.entries.move_to_end(key)
+            return self.entries[key]
+        return None
+
+    def put(self, key: str, value: Any) -> None:
+        self.entries[key] = value
+        self.entries.move_to_end(key)
+        while len(self.entries) > self.max_entries:
+            self.entries.popitem(last=False)
+
+
+@dataclass
+class CacheStats:
+    memory_hits: int = 0
+    disk_hits: int = 0
+    builds: int = 0
+
+
+def get_or_build(key: str, build: Callable[[], Artifact], load: Callable[[Artifact], Any], *,
+                 memory: MemoryCache | None = None, disk: DiskCache | None = None,
+                 stats: CacheStats | None = None) -> Any:
+    """The executable for `key`: from memory, else loaded from disk (no stage runs), else
+    built (every stage), stored on disk and loaded."""
+    stats = stats if stats is not None else CacheStats()
+    if memory is not None and (found := memory.get(key)) is not None:
+        stats.memory_hits += 1
+        return found
+    artifact = disk.load(key) if disk is not None else None
+    if artifact is not None:
+        stats.disk_hits += 1
+    else:
+        artifact = build()
+        stats.builds += 1
+        if disk is not None:
+            try:
+                disk.store(key, artifact)
+            except OSError as e:  # a read-only or full disk costs a rebuild later, not a failure
+                log.warning("ember cache: cannot store %s (%s)", key, e)
+    executable = load(artifact)
+    if memory is not None:
+        memory.put(key, executable)
+    return executable

@@ -1,0 +1,260 @@
+"""A compiled program as a Python callable: one native call per inference.
+
+    exe = Executable(program, plan, entry, engine, constants)
+    y, = exe(x)                 # NumPy arrays or CPU torch tensors in, NumPy arrays out
+    exe(x, out=[y])             # or write into the caller's buffers
+
+The entry has the C signature `void entry(void **inputs, void **outputs, void **constants,
+char *arena)`: the pointer arrays follow the order of the program's buffers of each kind.
+Inputs are checked (count, dtype, shape) before the call, so a mismatch raises ShapeError
+instead of running native code on the wrong memory. Contiguous inputs pass by pointer,
+without a copy; others are copied first. The executable owns its arena (allocated once,
+64-byte aligned) and its constants, so one call is one native call and no allocation
+besides the outputs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ember.dtypes import DType
+from ember.errors import EmberError, ShapeError
+from ember.loops.ir import Buffer, Program
+from ember.runtime.memory_plan import ALIGNMENT, MemoryPlan, plan_memory
+
+# void entry(void **inputs, void **outputs, void **constants, char *arena)
+ENTRY_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                              ctypes.c_void_p)
+
+
+@dataclass(frozen=True)
+class Interface:
+    """What running a compiled program needs to know of it: its buffers of each kind in the
+    order of the entry's pointer arrays, its kernels and the entry's symbol. It is all that
+    the disk cache keeps of the Program."""
+
+    name: str
+    entry: str
+    inputs: tuple[Buffer, ...]
+    outputs: tuple[Buffer, ...]
+    constants: tuple[Buffer, ...]
+    temps: tuple[Buffer, ...]
+    kernels: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, program: Program, entry: str = "") -> Interface:
+        return cls(program.name, entry, *(tuple(program.of_kind(k))
+                                          for k in ("input", "output", "constant", "temp")),
+                   tuple(k.name for k in program.kernels))
+
+    def to_json(self) -> dict[str, Any]:
+        def bufs(bs: tuple[Buffer, ...]) -> list[list[Any]]:
+            return [[b.name, b.dtype.value, list(b.shape)] for b in bs]
+
+        return {"name": self.name, "entry": self.entry, "inputs": bufs(self.inputs),
+                "outputs": bufs(self.outputs), "constants": bufs(self.constants),
+                "temps": bufs(self.temps), "kernels": list(self.kernels)}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Interface:
+        def bufs(items: list[list[Any]]) -> tuple[Buffer, ...]:
+            return tuple(Buffer(n, DType(t), tuple(int(x) for x in s)) for n, t, s in items)
+
+        return cls(d["name"], d["entry"], bufs(d["inputs"]), bufs(d["outputs"]),
+                   bufs(d["constants"]), bufs(d["temps"]), tuple(d["kernels"]))
+
+
+def _describe(b: Buffer) -> str:
+    return f"{b.dtype.value}[{','.join(map(str, b.shape))}]"
+
+
+def _type_of(a: np.ndarray) -> str:
+    return f"{a.dtype}[{','.join(map(str, a.shape))}]"
+
+
+def as_array(x: Any, what: str) -> np.ndarray:
+    """A NumPy view of an array or a CPU torch tensor (bf16 through an int16 view), without
+    copying; anything else through np.asarray."""
+    if isinstance(x, np.ndarray):
+        return x
+    if type(x).__module__.startswith("torch"):
+        import torch
+
+        if isinstance(x, torch.Tensor):
+            if x.device.type != "cpu":
+                raise ShapeError(f"{what}: a tensor on {x.device}; compiled CPU code needs"
+                                 " CPU tensors")
+            x = x.detach().resolve_conj().resolve_neg()
+            if x.dtype == torch.bfloat16:
+                return x.view(torch.int16).numpy().view(DType.bf16.np)
+            return x.numpy()
+    try:
+        return np.asarray(x)
+    except Exception as e:  # an object NumPy cannot read is a bad input, not a crash
+        raise ShapeError(f"{what}: cannot read a {type(x).__name__} as an array ({e})") from e
+
+
+def _check(a: np.ndarray, b: Buffer, what: str) -> np.ndarray:
+    """`a` as `b` expects it: the same dtype and shape, native byte order, C-contiguous and
+    aligned (copied when it is not)."""
+    want = b.dtype.np
+    if a.dtype != want and a.dtype.newbyteorder("=") == want:
+        a = a.astype(want)  # a byte-swapped array of the right type: convert, don't reject
+    if a.dtype != want or a.shape != b.shape:
+        raise ShapeError(f"{what}: expected {_describe(b)}, got {_type_of(a)}")
+    if not (a.flags.c_contiguous and a.flags.aligned):
+        a = np.array(a, order="C", copy=True)
+    return a
+
+
+def _aligned_empty(nbytes: int) -> tuple[np.ndarray, np.ndarray]:
+    """A zeroed byte array of `nbytes` whose data is ALIGNMENT-aligned, and its owner."""
+    owner = np.zeros(nbytes + ALIGNMENT, np.uint8)
+    start = -owner.ctypes.data % ALIGNMENT
+    return owner[start:start + nbytes], owner
+
+
+def entry_function(entry: Any) -> Any:
+    """The entry as a ctypes function of ENTRY_TYPE, from an address or a ctypes function."""
+    if isinstance(entry, int):
+        address = entry
+    else:
+        address = ctypes.cast(entry, ctypes.c_void_p).value
+    if not address:
+        raise EmberError("the compiled entry has no address")
+    return ENTRY_TYPE(address)
+
+
+class Executable:
+    """A compiled program, ready to run. `engine` is whatever keeps the code alive (an
+    llvmlite execution engine); it is only held."""
+
+    def __init__(self, program: Program | Interface, plan: MemoryPlan, entry: Any, engine: Any,
+                 constants: dict[str, np.ndarray] | Sequence[np.ndarray] | None = None):
+        self.interface = program if isinstance(program, Interface) else Interface.of(program)
+        self.program = program if isinstance(program, Program) else None
+        self.plan = plan
+        self.engine = engine
+        self._entry = entry_function(entry)
+        iface = self.interface
+        if constants is None:
+            constants = self.program.constants if self.program is not None else {}
+        if isinstance(constants, dict):
+            missing = [b.name for b in iface.constants if b.name not in constants]
+            if missing:
+                raise EmberError(f"no data for constant buffers {', '.join(missing)}")
+            constants = [constants[b.name] for b in iface.constants]
+        if len(constants) != len(iface.constants):
+            raise EmberError(f"{len(constants)} constant arrays for"
+                             f" {len(iface.constants)} constant buffers")
+        try:
+            self.constants = [_check(np.asarray(c), b, f"constant %{b.name}")
+                              for c, b in zip(constants, iface.constants)]
+        except ShapeError as e:
+            raise EmberError(f"bad constant data: {e}") from e
+        self._constant_ptrs = (ctypes.c_void_p * max(1, len(self.constants)))(
+            *(c.ctypes.data for c in self.constants))
+        self.arena, self._arena_owner = _aligned_empty(plan.arena_size)
+        self._lock = threading.Lock()  # one arena: calls from several threads take turns
+
+    @property
+    def input_types(self) -> list[Buffer]:
+        return list(self.interface.inputs)
+
+    @property
+    def output_types(self) -> list[Buffer]:
+        return list(self.interface.outputs)
+
+    def __call__(self, *inputs: Any, out: Any = None) -> list[np.ndarray]:
+        iface = self.interface
+        if len(inputs) != len(iface.inputs):
+            raise ShapeError(f"{iface.name} takes {len(iface.inputs)} inputs"
+                             f" ({', '.join('%' + b.name for b in iface.inputs)}),"
+                             f" got {len(inputs)}")
+        arrays = [_check(as_array(x, f"input {i} (%{b.name})"), b, f"input {i} (%{b.name})")
+                  for i, (x, b) in enumerate(zip(inputs, iface.inputs))]
+        results, outputs = self._outputs(out)
+        if out is not None:  # an input that is also an output buffer: read a copy of it
+            arrays = [a.copy() if any(np.may_share_memory(a, o) for o in outputs) else a
+                      for a in arrays]
+        in_ptrs = (ctypes.c_void_p * max(1, len(arrays)))(*(a.ctypes.data for a in arrays))
+        out_ptrs = (ctypes.c_void_p * max(1, len(outputs)))(*(a.ctypes.data for a in outputs))
+        with self._lock:
+            self._entry(ctypes.addressof(in_ptrs), ctypes.addressof(out_ptrs),
+                        ctypes.addressof(self._constant_ptrs), self.arena.ctypes.data)
+        return results
+
+    def _outputs(self, out: Any) -> tuple[list[Any], list[np.ndarray]]:
+        """The objects to return and the arrays the entry writes: fresh arrays, or the
+        caller's `out` buffers, which must match exactly (they cannot be copied into)."""
+        iface = self.interface
+        if out is None:
+            arrays = [np.empty(b.shape, b.dtype.np) for b in iface.outputs]
+            return arrays, arrays
+        if not isinstance(out, (list, tuple)):
+            out = [out]
+        if len(out) != len(iface.outputs):
+            raise ShapeError(f"{iface.name} has {len(iface.outputs)} outputs, got"
+                             f" {len(out)} out= buffers")
+        arrays = []
+        for i, (x, b) in enumerate(zip(out, iface.outputs)):
+            what = f"out= buffer {i} (%{b.name})"
+            a = as_array(x, what)
+            if a.dtype != b.dtype.np or a.shape != b.shape:
+                raise ShapeError(f"{what}: expected {_describe(b)}, got {_type_of(a)}")
+            if not (a.flags.c_contiguous and a.flags.aligned and a.flags.writeable):
+                raise ShapeError(f"{what}: must be a writeable, C-contiguous array")
+            arrays.append(a)
+        return list(out), arrays
+
+    def __repr__(self) -> str:
+        iface = self.interface
+        sig = ", ".join(_describe(b) for b in iface.inputs)
+        res = ", ".join(_describe(b) for b in iface.outputs)
+        return (f"Executable(@{iface.name}({sig}) -> ({res}), {len(iface.kernels)} kernels,"
+                f" arena {self.plan.arena_size} B)")
+
+
+# -- glue to codegen: what a compile produces, and how it comes back to life ------------------
+
+@dataclass
+class Artifact:
+    """A compiled program as the disk cache stores it: object code plus what running it
+    needs, and nothing of the IR."""
+
+    object_code: bytes
+    interface: Interface
+    plan: MemoryPlan
+    constants: dict[str, np.ndarray]
+    extra: dict[str, Any] = field(default_factory=dict)  # JSON-able notes (timings, ...)
+
+
+def build_artifact(program: Program, plan: MemoryPlan | None = None) -> Artifact:
+    """Plan memory (unless given a plan) and compile `program` to host object code."""
+    from ember.codegen.cpu import emit_object
+    from ember.codegen.llvm import entry_name, program_module
+
+    plan = plan or plan_memory(program)
+    code = emit_object(program_module(program, plan.offsets))
+    return Artifact(code, Interface.of(program, entry_name(program.name)), plan,
+                    dict(program.constants))
+
+
+def load_artifact(artifact: Artifact) -> Executable:
+    """Load an artifact's object code into a fresh engine: no LLVM compile runs."""
+    from ember.codegen.cpu import load_object
+
+    jit = load_object(artifact.object_code)
+    return Executable(artifact.interface, artifact.plan, jit.address(artifact.interface.entry),
+                      jit, artifact.constants)
+
+
+def compile_program(program: Program, plan: MemoryPlan | None = None) -> Executable:
+    """`program` as a callable (the cold path of the cache, without the cache)."""
+    return load_artifact(build_artifact(program, plan))
