@@ -38,6 +38,7 @@ from ember.dtypes import DType
 from ember.loops.ir import (
     INDEX,
     Binary,
+    Bitcast,
     Buffer,
     Call,
     Cast,
@@ -229,8 +230,16 @@ class KernelEmitter:
     def cast(self, e: Cast) -> ir.Value:
         return cast(self.b, self.expr(e.a), e.a.dtype, e.dtype)
 
+    def bitcast(self, e: Bitcast) -> ir.Value:
+        # Through the storage form: the bits in memory, not the widened register value.
+        raw = to_storage(self.b, self.expr(e.a), e.a.dtype)
+        target = storage_type(e.dtype)
+        if raw.type != target:
+            raw = self.b.bitcast(raw, target)
+        return from_storage(self.b, raw, e.dtype)
+
     EXPR = {Const: const, Var: var, Load: load, Unary: unary, Binary: binary, Select: select,
-            Cast: cast}
+            Cast: cast, Bitcast: bitcast}
 
 
 def declare_kernel(module: ir.Module, kernel: Kernel) -> ir.Function:

@@ -118,13 +118,13 @@ class CompiledModule:
 
         program, spec = capture_program(self.module, args, kwargs)
         try:
-            return _ModuleRunner(import_program(program), spec)
+            return _ModuleRunner(import_program(program, config=self.config), spec)
         except UnsupportedOpError:
             if self.strict:
                 raise
         from ember.frontends.torch.fallback import FallbackRunner
 
-        runner = FallbackRunner(program)
+        runner = FallbackRunner(program, self.config)
         warnings.warn(f"ember: {type(self.module).__name__} runs {runner.describe()} in eager"
                       " PyTorch", stacklevel=3)
         return _ModuleRunner(runner, spec)

@@ -84,9 +84,9 @@ def test_if_and_loop_programs() -> None:
 
     def body(lb, i, acc, other):
         nxt = lb.add(acc, lb.cast(i, to=DType.f32))
-        return [true, other, nxt, lb.mul(nxt, 2.0)]  # swaps the carried values
+        return [true, other, nxt, lb.mul(nxt, 2.0), acc]  # swaps the carried values
 
-    outs = b.loop(n, true, [r, x], body, num_scan=1, scan_length=4)
+    outs = b.loop(n, true, [r, x], body, num_scan=2, scan_length=4)
     b.output(r, *outs)
     graph = b.build()
     for cond in (True, False):

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch.export.graph_signature import InputKind, OutputKind
 
+from ember.config import Config
 from ember.errors import EmberError, UnsupportedOpError
 from ember.frontends.torch.fx_importer import import_fx
 from ember.frontends.torch.runtime import GraphRunner
@@ -48,9 +49,10 @@ def program_constants(program: torch.export.ExportedProgram) -> dict[str, torch.
     return constants
 
 
-def import_program(program: torch.export.ExportedProgram, name: str = "main") -> GraphRunner:
+def import_program(program: torch.export.ExportedProgram, name: str = "main",
+                   config: Config | None = None) -> GraphRunner:
     graph = import_fx(program.graph_module, program_constants(program), name)
-    return GraphRunner(graph)
+    return GraphRunner(graph, config=config)
 
 
 def export(module: torch.nn.Module, example_args: Sequence[Any],

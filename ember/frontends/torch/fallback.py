@@ -14,6 +14,7 @@ import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
+from ember.config import Config
 from ember.frontends.torch.context import find_converter
 from ember.frontends.torch.fx_importer import import_fx, unsupported_nodes
 from ember.frontends.torch.runtime import GraphRunner
@@ -36,7 +37,8 @@ class _Partition(torch.nn.Module):
         return self.runner(*args)
 
 
-def partition(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, list[str]]:
+def partition(gm: torch.fx.GraphModule, config: Config | None = None
+              ) -> tuple[torch.fx.GraphModule, list[str]]:
     """`gm` with its supported parts replaced by Ember partitions; and the eager op names."""
     eager = sorted({str(n.target) for n in unsupported_nodes(gm)})
     fused = CapabilityBasedPartitioner(gm, _EmberSupport(),
@@ -45,8 +47,8 @@ def partition(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, list[str]
         if isinstance(sub, torch.fx.GraphModule):
             output = next(n for n in sub.graph.nodes if n.op == "output")
             single = not isinstance(output.args[0], (tuple, list))
-            setattr(fused, name, _Partition(GraphRunner(import_fx(sub, name=name),
-                                                        single_output=single)))
+            runner = GraphRunner(import_fx(sub, name=name), single_output=single, config=config)
+            setattr(fused, name, _Partition(runner))
     fused.recompile()
     return fused, eager
 
@@ -54,10 +56,10 @@ def partition(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, list[str]
 class FallbackRunner:
     """An exported program run partly by Ember, partly in eager mode."""
 
-    def __init__(self, program: torch.export.ExportedProgram):
+    def __init__(self, program: torch.export.ExportedProgram, config: Config | None = None):
         from ember.frontends.torch.export import program_constants
 
-        self.module, self.eager_ops = partition(program.graph_module)
+        self.module, self.eager_ops = partition(program.graph_module, config)
         constants = program_constants(program)
         placeholders = [n.name for n in program.graph_module.graph.nodes
                         if n.op == "placeholder"]

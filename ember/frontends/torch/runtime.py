@@ -1,6 +1,6 @@
 """Running an imported graph on torch tensors: NumPy views in, torch tensors out.
 
-The executor is the reference interpreter until the compiled CPU path lands; tensors
+The executor is compiled code or the reference interpreter (Config.executor); tensors
 cross the boundary without copies where NumPy can view them (contiguous CPU tensors).
 """
 
@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from ember.config import Config
 from ember.dtypes import DType
 from ember.errors import ShapeError
 from ember.frontends.torch.context import to_dtype
-from ember.graph.interp import interpret
 from ember.graph.ir import Graph
 
 
@@ -45,9 +45,12 @@ def array_to_tensor(array: np.ndarray) -> torch.Tensor:
 class GraphRunner:
     """Calls a graph with torch tensors; returns a list of tensors (or one tensor)."""
 
-    def __init__(self, graph: Graph, single_output: bool = False):
+    def __init__(self, graph: Graph, single_output: bool = False, config: Config | None = None):
+        from ember.driver.compile import executor_for
+
         self.graph = graph
         self.single_output = single_output
+        self.run = executor_for(graph, config or Config())
 
     def __call__(self, *tensors: Any) -> Any:
         arrays = []
@@ -55,5 +58,5 @@ class GraphRunner:
             if isinstance(tensor, torch.Tensor) and to_dtype(tensor.dtype) is not value.dtype:
                 raise ShapeError(f"input {i}: expected {value.dtype}, got {tensor.dtype}")
             arrays.append(tensor_to_array(tensor))
-        outputs = [array_to_tensor(a) for a in interpret(self.graph, arrays)]
+        outputs = [array_to_tensor(a) for a in self.run(*arrays)]
         return outputs[0] if self.single_output else outputs

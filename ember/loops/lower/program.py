@@ -163,13 +163,14 @@ class _Lowerer:
             self.env[arg] = name
         inner = self.region(body)
         yielded = body.outputs
-        # Copy yields through temporaries: a body may yield its carried values swapped.
+        # Yields may be the carried values themselves (even swapped): read every yield
+        # (scan slices, the condition, staged carried values) before any carried is written.
+        inner += [self.copy(self.env[v], s, counter)
+                  for v, s in zip(yielded[1 + num_carried:], scans)]
         staged = [self.new_buffer("next", v.type, "temp") for v in yielded[1:1 + num_carried]]
         inner += [self.copy(self.env[v], s) for v, s in zip(yielded[1:1 + num_carried], staged)]
         inner += [self.copy(self.env[yielded[0]], cond)]
         inner += [self.copy(s, c) for s, c in zip(staged, carried)]
-        inner += [self.copy(self.env[v], s, counter)
-                  for v, s in zip(yielded[1 + num_carried:], scans)]
         steps.append(ProgramLoop(self.env[trip], cond, counter, inner))
         for value, name in zip(op.results, carried + scans):
             self.env[value] = name
