@@ -22,7 +22,7 @@ test-full: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 -m ''
 
 bench: $(STAMP)
-	@echo "bench: the side-by-side benchmarks arrive with the compiled path (phase 3)"
+	$(BIN)/python bench/bench_models.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check ember tests

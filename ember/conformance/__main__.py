@@ -4,6 +4,7 @@
     python -m ember.conformance onnx -k reshape -v   # only matching cases, with details
     python -m ember.conformance onnx --write-docs    # also rewrite docs/conformance.md
     python -m ember.conformance onnx --update-ratchet  # add new passes to the ratchet
+    python -m ember.conformance onnx --executor cpu    # the compiled path (ratchet: cpu:...)
 """
 
 from __future__ import annotations
@@ -101,8 +102,10 @@ def main(argv: list[str] | None = None) -> int:
                 _print_model(kind, r)
 
     if args.update_ratchet and pattern is None:
-        passed = {f"node/{r.name}" for r in core if r.status == "pass"}
-        passed |= {f"{kind}/{r.name}" for kind, r in model_results if r.status == "pass"}
+        prefix = f"{args.executor}:" if args.executor and args.executor != "interp" else ""
+        passed = {f"{prefix}node/{r.name}" for r in core if r.status == "pass"}
+        passed |= {f"{prefix}{kind}/{r.name}" for kind, r in model_results
+                   if r.status == "pass"}
         ratchet = sorted(set(read_ratchet()) | passed)
         RATCHET.parent.mkdir(parents=True, exist_ok=True)
         RATCHET.write_text("# ONNX cases that pass (suite/case); CI fails when one stops"

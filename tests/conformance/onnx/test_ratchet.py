@@ -1,8 +1,8 @@
 """The ONNX conformance ratchet: every case listed in ratchet.txt must keep passing.
 
-The list only grows (`python -m ember.conformance onnx --models --update-ratchet`).
-CI runs all of it: the whole node suite runs through the interpreter in well under the
-time budget. The random-weight runs of the light models are the slowest part.
+The list only grows (`python -m ember.conformance onnx --models --update-ratchet`, and
+with `--executor cpu` for the compiled path, whose entries read `cpu:suite/case`). CI runs
+all of it through both executors.
 """
 
 from __future__ import annotations
@@ -19,14 +19,18 @@ ENTRIES = [line.strip() for line in RATCHET.read_text().splitlines()
 
 
 def _run(entry: str):
+    """Run one ratchet entry: `[executor:]suite/case` (no executor: the interpreter)."""
+    executor, _, entry = entry.rpartition(":")
+    executor = executor or "interp"
     kind, name = entry.split("/", 1)
     if kind == "node":
-        return onnx_suite.run_case(onnx_suite.node_cases()[name])
+        return onnx_suite.run_case(onnx_suite.node_cases()[name], executor)
     if kind == "light":
-        return onnx_suite.run_light_shipped(name.removeprefix("light_"))
+        return onnx_suite.run_light_shipped(name.removeprefix("light_"), executor)
     if kind == "light-random":
-        return onnx_suite.run_light_random(name.removeprefix("light_").removesuffix("_random"))
-    return onnx_suite.run_case(onnx_suite.model_cases(kind)[name])
+        return onnx_suite.run_light_random(name.removeprefix("light_").removesuffix("_random"),
+                                           executor)
+    return onnx_suite.run_case(onnx_suite.model_cases(kind)[name], executor)
 
 
 @pytest.mark.parametrize("entry", ENTRIES)

@@ -1,0 +1,155 @@
+"""Side-by-side model latency: Ember (compiled) against PyTorch eager and ONNX Runtime.
+
+    python bench/bench_models.py [--models mlp,bert,resnet50] [--repeat 5] [--threads 2]
+
+Prints one table (median latency, ratio to PyTorch eager, Ember's compile time and kernel
+count) and appends it, with the machine's details, to docs/benchmarks.md. Ratios, not
+absolute times, are the result: this machine's timings are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import io
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import ember  # noqa: E402
+from ember.driver import pipeline  # noqa: E402
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(),
+                                       torch.nn.Linear(512, 256), torch.nn.ReLU(),
+                                       torch.nn.Linear(256, 10))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def make_model(name: str):
+    """(module, example inputs) built from configs: random weights, nothing downloaded."""
+    torch.manual_seed(0)
+    if name == "mlp":
+        return MLP().eval(), (torch.randn(1, 784),)
+    if name == "bert":
+        from transformers import BertConfig, BertModel
+
+        model = BertModel(BertConfig()).eval()
+        return model, (torch.randint(0, 30000, (1, 128)),)
+    if name == "resnet50":
+        from transformers import ResNetConfig, ResNetModel
+
+        return ResNetModel(ResNetConfig()).eval(), (torch.randn(1, 3, 224, 224),)
+    raise SystemExit(f"unknown model {name}")
+
+
+def median_ms(fn, repeat: int) -> float:
+    fn()  # warm up
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def onnxruntime_ms(model, inputs, repeat: int, threads: int) -> float | None:
+    try:
+        import onnxruntime
+    except ImportError:
+        return None
+    buffer = io.BytesIO()
+    with torch.no_grad():
+        torch.onnx.export(model, inputs, buffer, dynamo=False, opset_version=17)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.log_severity_level = 3
+    session = onnxruntime.InferenceSession(buffer.getvalue(), options,
+                                           providers=["CPUExecutionProvider"])
+    feeds = {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)}
+    return median_ms(lambda: session.run(None, feeds), repeat)
+
+
+def bench(name: str, repeat: int, threads: int) -> dict:
+    model, inputs = make_model(name)
+    with torch.no_grad():
+        eager = median_ms(lambda: model(*inputs), repeat)
+        builds = pipeline.stats.builds
+        start = time.perf_counter()
+        compiled = ember.compile(model, inputs, config=ember.Config(executor="cpu",
+                                                                    disk_cache=False))
+        compile_s = time.perf_counter() - start
+        assert pipeline.stats.builds > builds
+        ember_ms = median_ms(lambda: compiled(*inputs), repeat)
+    try:
+        ort = onnxruntime_ms(model, inputs, repeat, threads)
+    except Exception as e:  # noqa: BLE001  (a peer failing to export is reported, not fatal)
+        print(f"  onnxruntime: {type(e).__name__}: {e}", file=sys.stderr)
+        ort = None
+    return {"model": name, "eager": eager, "ember": ember_ms, "ort": ort,
+            "compile": compile_s}
+
+
+def machine() -> str:
+    cpu = platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in
+                   Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    from llvmlite import binding
+
+    return (f"{cpu} (LLVM: {binding.get_host_cpu_name()}), {os.cpu_count()} cores,"
+            f" Python {platform.python_version()}, torch {torch.__version__},"
+            f" numpy {np.__version__}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--models", default="mlp,resnet50,bert")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--no-record", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    rows = []
+    for name in args.models.split(","):
+        print(f"benchmarking {name} ...", file=sys.stderr)
+        rows.append(bench(name, args.repeat, args.threads))
+    lines = [f"### {datetime.date.today()}: models, batch 1, f32, {args.threads} threads"
+             f" (median of {args.repeat})", "", f"Machine: {machine()}.", "",
+             "| model | PyTorch eager ms | ONNX Runtime ms | Ember ms | Ember / eager |"
+             " Ember compile s |", "|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        ort = f"{r['ort']:.2f}" if r["ort"] is not None else "n/a"
+        lines.append(f"| {r['model']} | {r['eager']:.2f} | {ort} | {r['ember']:.2f} |"
+                     f" {r['ember'] / r['eager']:.1f}x | {r['compile']:.1f} |")
+    table = "\n".join(lines) + "\n"
+    print(table)
+    if not args.no_record:
+        doc = ROOT / "docs" / "benchmarks.md"
+        if not doc.exists():
+            doc.write_text("# Benchmarks\n\nResults appended by `make bench`"
+                           " (bench/bench_models.py). Ratios matter, not absolute times.\n")
+        with doc.open("a") as f:
+            f.write("\n" + table)
+
+
+if __name__ == "__main__":
+    main()
