@@ -19,7 +19,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2
 
 test-full: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 -m ''
+	EMBER_SLOW_TESTS=1 $(BIN)/python -m pytest -q -n 2 -m ''
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_models.py

@@ -199,3 +199,20 @@ def test_strict_without_fallback(case) -> None:
         pytest.fail(f"{name} needs {len(missing)} ATen op(s) without a converter: "
                     f"{', '.join(missing)}\n\n{problem}", pytrace=False)
     assert_same_output(actual, expected, tol=TOLERANCES.get(name, (RTOL, ATOL)))
+
+
+# The compiled CPU path runs the plain loop nests of phase 3 (no tiling, vectorization or
+# threads yet): the transformer models take minutes per inference there, so their compiled
+# runs are in the slow set (`make test-full`); the others run in CI.
+COMPILED_IN_CI = {"mlp", "cnn", "resnet50", "mobilenet_v2"}
+
+
+def test_compiled_cpu(case) -> None:
+    """The compiled path (LLVM) matches eager like the interpreter does."""
+    name, model, inputs, expected = case
+    if name not in COMPILED_IN_CI and os.environ.get("EMBER_SLOW_TESTS") != "1":
+        pytest.skip("compiled run of a transformer model: slow (make test-full)")
+    compiled = ember.compile(model, strict=True, config=ember.Config(executor="cpu"))
+    with torch.no_grad():
+        actual = compiled(**inputs)
+    assert_same_output(actual, expected, tol=TOLERANCES.get(name, (RTOL, ATOL)))
