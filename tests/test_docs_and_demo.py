@@ -11,9 +11,9 @@ def test_op_table_in_docs_is_current() -> None:
 
 
 def test_demo_runs(capsys) -> None:
-    from ember.demo import run_demo
+    from ember.demo import run_ir_demo
 
-    run_demo()
+    run_ir_demo()
     assert "demo: OK" in capsys.readouterr().out
 
 
