@@ -1,4 +1,4 @@
-"""The `ember` command: `python -m ember opt|demo|ops|passes ...`.
+"""The `ember` command: `python -m ember opt|lower|demo|ops|passes ...`.
 
 `opt` is the IR workbench: it parses a graph IR file, runs the named passes and prints
 the result, so that every pass can be tested from text (see tests/ir/).
@@ -42,6 +42,26 @@ def _opt(args: argparse.Namespace) -> int:
     return 0
 
 
+def _lower(args: argparse.Namespace) -> int:
+    from ember.driver.pass_manager import run_passes
+    from ember.graph.passes import DEFAULT_PIPELINE
+    from ember.graph.text import parse_graph
+    from ember.loops.lower import lower_graph
+    from ember.loops.text import print_program
+    from ember.loops.verify import verify_program
+
+    source = "<stdin>" if args.file == "-" else args.file
+    try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    except OSError as e:
+        raise EmberError(f"cannot read {source}: {e.strerror}") from None
+    graph = parse_graph(text, source)
+    passes = DEFAULT_PIPELINE if args.passes is None else [p for p in args.passes.split(",") if p]
+    program = verify_program(lower_graph(run_passes(graph, passes)))
+    sys.stdout.write(print_program(program, constants=args.constants))
+    return 0
+
+
 def _list_passes(args: argparse.Namespace) -> int:
     from ember.graph.passes import DEFAULT_PIPELINE, all_passes
 
@@ -82,6 +102,13 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--constants", default="table", choices=("table", "inline", "elide"),
                      help="how to print large constants")
     opt.set_defaults(run=_opt)
+
+    lower = sub.add_parser("lower", help="lower graph IR to loop IR and print it")
+    lower.add_argument("file", help="a graph IR file, or - for standard input")
+    lower.add_argument("-p", "--passes", default=None,
+                       help="graph passes to run first (default: the default pipeline)")
+    lower.add_argument("--constants", default="elide", choices=("table", "elide", "omit"))
+    lower.set_defaults(run=_lower)
 
     sub.add_parser("passes", help="list the graph passes").set_defaults(run=_list_passes)
     sub.add_parser("ops", help="list the ops").set_defaults(run=_list_ops)

@@ -1,7 +1,7 @@
 """Runs the text-IR tests in this folder, lit-style.
 
 Each `*.ir` file holds one or more `// RUN: <command>` lines. `%s` is the file itself and
-`ember-opt` is `python -m ember opt`; the command runs in a shell and must succeed.
+`ember-opt` is `python -m ember opt` and `ember-lower` is `python -m ember lower`; the command runs in a shell and must succeed.
 Checks use the `filecheck` package (`// CHECK:`, `// CHECK-NEXT:`, `// CHECK-NOT:`, ...).
 """
 
@@ -31,6 +31,7 @@ def test_ir_file(path: Path) -> None:
     for line in run_lines(path):
         command = (line.replace("%s", shlex.quote(str(path)))
                    .replace("ember-opt", f"{shlex.quote(sys.executable)} -m ember opt")
+                   .replace("ember-lower", f"{shlex.quote(sys.executable)} -m ember lower")
                    .replace("filecheck", shlex.quote(str(BIN / "filecheck"))))
         done = subprocess.run(["bash", "-o", "pipefail", "-c", command], capture_output=True,
                               text=True, timeout=120)

@@ -112,7 +112,8 @@ class _Lowerer:
         results = []
         for value in op.results:
             kind = "output" if value in outputs else "temp"
-            self.env[value] = self.new_buffer(value.name, value.type, kind)
+            hint = value.name or ("out" if kind == "output" else "t")
+            self.env[value] = self.new_buffer(hint, value.type, kind)
             results.append(self.env[value])
         return Call(kernel.name, [self.env[v] for v in op.operands] + results)
 
