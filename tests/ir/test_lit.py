@@ -1,7 +1,8 @@
 """Runs the text-IR tests in this folder, lit-style.
 
 Each `*.ir` file holds one or more `// RUN: <command>` lines. `%s` is the file itself and
-`ember-opt` is `python -m ember opt` and `ember-lower` is `python -m ember lower`; the command runs in a shell and must succeed.
+`ember-opt` is `python -m ember opt` and `ember-lower` is `python -m ember lower`; the
+command runs in a shell and must succeed.
 Checks use the `filecheck` package (`// CHECK:`, `// CHECK-NEXT:`, `// CHECK-NOT:`, ...).
 """
 
