@@ -15,13 +15,15 @@ from ember.frontends.torch.context import ConvertContext, aten
 # -- copies and casts ----------------------------------------------------------------------
 def check_placement(ctx: ConvertContext, device=None, layout=None, memory_format=None,
                     pin_memory=None, non_blocking=False) -> None:
-    """Ember computes on CPU tensors in strided, contiguous layout; other requests are
-    refused rather than ignored."""
+    """Ember computes on CPU tensors in strided layout (any memory format: the values are
+    the same); other requests are refused rather than ignored."""
     if device is not None and torch.device(device).type != "cpu":
         raise ctx.unsupported(f"device {device}")
     if layout not in (None, torch.strided):
         raise ctx.unsupported(f"layout {layout}")
-    if memory_format not in (None, torch.contiguous_format, torch.preserve_format):
+    # Ember's values have no layout: a channels-last copy holds the same values.
+    if memory_format not in (None, torch.contiguous_format, torch.preserve_format,
+                             torch.channels_last, torch.channels_last_3d):
         raise ctx.unsupported(f"memory_format {memory_format}")
 
 

@@ -47,6 +47,8 @@ def _write_range(ctx, x: Value, src: Value, axis: int, start: int, end: int, ste
         parts = [slice_axis(ctx, x, axis, 0, start), src,
                  slice_axis(ctx, x, axis, end, x.shape[axis])]
         parts = [p for p in parts if p.type.numel]
+        if not parts:  # x is empty
+            return x
         return parts[0] if len(parts) == 1 else ctx.b.concat(*parts, axis=axis)
     positions = np.arange(start, end, step).reshape(
         [-1 if i == axis else 1 for i in range(x.type.rank)])
@@ -154,6 +156,7 @@ def _masked_put(ctx, x: Value, indices, masks, values: Value, accumulate: bool) 
 def index_select(ctx: ConvertContext, x, dim, index):
     axis = dim % max(x.type.rank, 1)
     index = reshape(ctx, index_value(ctx, index), (index.type.numel,))
+    x = reshape(ctx, x, (1,)) if x.type.rank == 0 else x  # a scalar selects as a [1] vector
     return reshape(ctx, ctx.b.gather(x, index, axis=axis), ctx.result_type().shape)
 
 
@@ -165,9 +168,11 @@ def embedding(ctx: ConvertContext, weight, indices, padding_idx=-1, scale_grad_b
 
 @aten("gather.default")
 def gather(ctx: ConvertContext, x, dim, index, sparse_grad=False):
-    if x.type.rank == 0:
+    if index.type.numel == 0:  # PyTorch accepts an empty index of any shape
+        return filled(ctx, 0, index.shape, x.dtype)
+    if x.type.rank == 0:  # the result has the index's shape ([] or [1])
         return reshape(ctx, ctx.b.gather_elements(reshape(ctx, x, (1,)), reshape(
-            ctx, index_value(ctx, index), (1,))), ())
+            ctx, index_value(ctx, index), (1,))), index.shape)
     return ctx.b.gather_elements(x, index_value(ctx, index), axis=dim % x.type.rank)
 
 
@@ -188,6 +193,12 @@ def _updates(ctx: ConvertContext, x: Value, index: Value, src) -> Value:
 
 
 def _scatter(ctx, x: Value, dim: int, index: Value, src, reduction: str = "none") -> Value:
+    if index.type.numel == 0:  # nothing is written
+        return x
+    if x.type.rank == 0:  # a scalar scatters as a [1] vector (index and src are scalars too)
+        as_vector = [reshape(ctx, v, (1,)) if isinstance(v, Value) else v
+                     for v in (x, index, src)]
+        return reshape(ctx, _scatter(ctx, *as_vector[:1], 0, *as_vector[1:], reduction), ())
     index = index_value(ctx, index)
     return ctx.b.scatter_elements(x, index, _updates(ctx, x, index, src),
                                   axis=dim % x.type.rank, reduction=reduction)
@@ -235,3 +246,121 @@ def _identity(reduce: str, dtype: DType) -> float:
     if info is None:  # bool
         return reduce == "amin"
     return info.min if reduce == "amax" else info.max
+
+
+@aten("index_reduce.default")
+def index_reduce(ctx: ConvertContext, x, dim, index, src, reduce, include_self=True):
+    """A scatter_reduce whose 1-D index picks whole slices along `dim`: the index,
+    broadcast over src's other dims, addresses each src element."""
+    if x.type.rank == 0:  # a scalar reduces as a [1] vector
+        src = reshape(ctx, src, (1,))
+        out = index_reduce(ctx, reshape(ctx, x, (1,)), 0, index, src, reduce, include_self)
+        return reshape(ctx, out, ())
+    axis = dim % x.type.rank
+    index = reshape(ctx, index_value(ctx, index),
+                    (1,) * axis + (index.type.numel,) + (1,) * (x.type.rank - axis - 1))
+    if index.shape != src.shape:
+        index = ctx.b.broadcast(index, shape=src.shape)
+    return scatter_reduce(ctx, x, axis, index, src, reduce, include_self)
+
+
+# -- diagonals, strided views -------------------------------------------------------------
+@aten("diagonal_scatter.default")
+def diagonal_scatter(ctx: ConvertContext, x, src, offset=0, dim1=0, dim2=1):
+    """x with its diagonal (as aten.diagonal reads it) replaced by src: a scatter into x
+    viewed as [*others, rows * cols] at the diagonal's flat positions."""
+    rank = x.type.rank
+    a, b = dim1 % rank, dim2 % rank
+    others = [d for d in range(rank) if d not in (a, b)]
+    perm = others + [a, b]
+    rows, cols = x.shape[a], x.shape[b]
+    length = src.shape[-1]
+    if length == 0:
+        return x
+    batch = tuple(x.shape[d] for d in others)
+    flat = reshape(ctx, transpose(ctx, x, perm), batch + (rows * cols,))
+    i = np.arange(length, dtype=np.int64)
+    positions = (i + max(-offset, 0)) * cols + i + max(offset, 0)
+    index = ctx.b.broadcast(ctx.b.constant(positions), shape=batch + (length,))
+    out = ctx.b.scatter_elements(flat, index, ctx.as_value(src, x.dtype), axis=-1)
+    out = reshape(ctx, out, batch + (rows, cols))
+    return transpose(ctx, out, np.argsort(perm))
+
+
+def _strided_positions(size, stride, offset) -> np.ndarray:
+    """The storage positions of an as_strided view: offset + sum_d i_d * stride_d."""
+    positions = np.full(tuple(size), offset or 0, np.int64)
+    for d, (n, s) in enumerate(zip(size, stride)):
+        positions += (np.arange(n, dtype=np.int64) * s).reshape(
+            (1,) * d + (n,) + (1,) * (len(size) - d - 1))
+    return positions
+
+
+def _storage(ctx: ConvertContext, x: Value, positions: np.ndarray) -> Value:
+    """x flattened (its storage as a contiguous tensor), checked to hold `positions`."""
+    if positions.size and (positions.min() < 0 or positions.max() >= x.type.numel):
+        raise ctx.unsupported("an as_strided view outside the tensor's own elements")
+    return reshape(ctx, x, (x.type.numel,))
+
+
+@aten("as_strided.default", "as_strided_copy.default")
+def as_strided(ctx: ConvertContext, x, size, stride, storage_offset=None):
+    """A view of x's elements (read as a contiguous tensor, the layout the graph gives
+    its values) by explicit strides: a gather at the computed flat positions."""
+    positions = _strided_positions(size, stride, storage_offset)
+    if positions.size == 0:
+        return filled(ctx, 0, tuple(size), x.dtype)
+    flat = _storage(ctx, x, positions)
+    return ctx.b.gather(flat, ctx.b.constant(positions), axis=0)
+
+
+@aten("as_strided_scatter.default")
+def as_strided_scatter(ctx: ConvertContext, x, src, size, stride, storage_offset=None):
+    positions = _strided_positions(size, stride, storage_offset)
+    if positions.size == 0:
+        return x
+    flat = _storage(ctx, x, positions)
+    src = reshape(ctx, ctx.as_value(src, x.dtype), (positions.size,))
+    out = ctx.b.scatter_elements(flat, ctx.b.constant(positions.reshape(-1)), src, axis=0)
+    return reshape(ctx, out, x.shape)
+
+
+# -- sorted search --------------------------------------------------------------------------
+def _count_below(ctx: ConvertContext, seq: Value, values: Value, right: bool) -> Value:
+    """For each value, how many entries of the sorted last axis of `seq` are < it (<= it
+    when `right`): its insertion point. seq is 1-D, or shares values' leading dims."""
+    b = ctx.b
+    cols = reshape(ctx, values, values.shape + (1,))
+    if seq.type.rank == 1:
+        rows = seq
+    else:
+        rows = reshape(ctx, seq, seq.shape[:-1] + (1, seq.shape[-1]))
+    below = b.le(rows, cols) if right else b.lt(rows, cols)
+    return b.reduce_sum(b.cast(below, to=DType.i64), axes=(cols.type.rank - 1,))
+
+
+def _search(ctx: ConvertContext, seq: Value, values, right: bool, sorter=None) -> Value:
+    out = ctx.result_type()
+    if not isinstance(values, Value):
+        values = ctx.constant(values, seq.dtype)
+    if sorter is not None:
+        seq = ctx.b.gather_elements(seq, index_value(ctx, sorter), axis=-1) \
+            if seq.type.rank > 1 else ctx.b.gather(seq, index_value(ctx, sorter), axis=0)
+    common = seq.dtype if seq.dtype == values.dtype else (
+        DType.f64 if seq.dtype.is_float or values.dtype.is_float else DType.i64)
+    seq, values = ctx.as_value(seq, common), ctx.as_value(values, common)
+    if seq.type.rank == 0 or seq.shape[-1] == 0:
+        return filled(ctx, 0, out.shape, out.dtype)
+    counts = _count_below(ctx, seq, values, right)
+    return ctx.as_value(reshape(ctx, counts, out.shape), out.dtype)
+
+
+@aten("searchsorted.Tensor", "searchsorted.Scalar")
+def searchsorted(ctx: ConvertContext, seq, values, *, out_int32=False, right=False,
+                 side=None, sorter=None):
+    return _search(ctx, seq, values, right or side == "right", sorter)
+
+
+@aten("bucketize.Tensor", "bucketize.Scalar")
+def bucketize(ctx: ConvertContext, values, boundaries, *, out_int32=False, right=False):
+    return _search(ctx, boundaries, values, right)

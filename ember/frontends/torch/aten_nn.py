@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ember.dtypes import DType
 from ember.frontends.torch.aten_tensor import filled, reshape, slice_axis, transpose, used_results
 from ember.frontends.torch.context import ConvertContext, aten, overload_name
@@ -81,14 +83,75 @@ _MAX_POOLS = {f"max_pool{n}d{suffix}.default": n for n in (1, 2, 3)
               for suffix in ("", "_with_indices")}
 
 
+def _pool_with_indices(ctx: ConvertContext, x: Value, windows: list[np.ndarray]):
+    """(max, flat index of the max) over windows given per spatial dim as [O_d, K_d]
+    arrays of input coordinates (-1: outside the input), on [N, C, *spatial] x.
+
+    The windows' elements are gathered into [N, C, O, K] from x flattened to [N, C, S]
+    with one lowest-value element appended, where the outside taps point; each row lists
+    its inside taps first, so that argmax's first-of-equals is ATen's first tap."""
+    nd, b = len(windows), ctx.b
+    sizes = x.shape[2:]
+    flat, inside = np.zeros((), np.int64), np.ones((), bool)
+    for d, coords in enumerate(windows):  # broadcast to [O_1..O_n, K_1..K_n]
+        shape = [1] * (2 * nd)
+        shape[d], shape[nd + d] = coords.shape
+        coords = coords.reshape(shape)
+        flat = flat * sizes[d] + np.maximum(coords, 0)
+        inside = inside & (coords >= 0)
+    outs = tuple(c.shape[0] for c in windows)
+    inside = np.broadcast_to(inside, flat.shape).reshape(math.prod(outs), -1)
+    flat = flat.reshape(inside.shape)
+    order = np.argsort(~inside, axis=1, kind="stable")
+    flat = np.take_along_axis(np.where(inside, flat, math.prod(sizes)), order, axis=1)
+    lowest = -math.inf if x.dtype.is_float else float(np.iinfo(x.dtype.np).min)
+    n, c = x.shape[:2]
+    padded = b.pad(reshape(ctx, x, (n, c, math.prod(sizes))), pads=[0, 0, 0, 0, 0, 1],
+                   value=lowest)
+    taps = b.gather(padded, b.constant(flat), axis=2)  # [N, C, O, K]
+    values = b.reduce_max(taps, axes=(3,))
+    which = b.argmax(taps, axis=3, keepdims=True)
+    table = b.broadcast(b.constant(flat), shape=(n, c) + flat.shape)
+    indices = b.gather_elements(table, which, axis=3)
+    return reshape(ctx, values, (n, c) + outs), reshape(ctx, indices, (n, c) + outs)
+
+
+def _batched_pair(ctx: ConvertContext, x: Value, nd: int, pool):
+    """pool(x) -> (values, indices) on [N, C, *spatial], also for an unbatched x."""
+    if x.type.rank == nd + 2:
+        return pool(x)
+    values, indices = pool(reshape(ctx, x, (1,) + x.shape))
+    return reshape(ctx, values, values.shape[1:]), reshape(ctx, indices, indices.shape[1:])
+
+
+def _max_pool_windows(n: int, out: int, kernel: int, stride: int, pad: int,
+                      dilation: int) -> np.ndarray:
+    coords = (np.arange(out)[:, None] * stride - pad + np.arange(kernel)[None, :] * dilation)
+    return np.where((coords >= 0) & (coords < n), coords, -1)
+
+
+def _adaptive_windows(n: int, out: int) -> np.ndarray:
+    """PyTorch's adaptive windows [floor(i*n/o), ceil((i+1)*n/o)), padded with -1."""
+    starts = [i * n // out for i in range(out)]
+    ends = [-(-(i + 1) * n // out) for i in range(out)]
+    width = max((e - s for s, e in zip(starts, ends)), default=0)
+    coords = np.array(starts)[:, None] + np.arange(width)[None, :]
+    return np.where(coords < np.array(ends)[:, None], coords, -1).reshape(out, width)
+
+
 @aten(*_MAX_POOLS)
 def max_pool(ctx: ConvertContext, x, kernel_size, stride=(), padding=0, dilation=1,
              ceil_mode=False):
     name = overload_name(ctx.node.target)
-    if "indices" in name and 1 in used_results(ctx):
-        raise ctx.unsupported("the indices of max pooling are not supported")
     nd = _MAX_POOLS[name]
     attrs = _window(ctx, nd, kernel_size, stride, padding)
+    if "indices" in name and 1 in used_results(ctx):
+        dilations = _per_dim(ctx, dilation, nd, "dilation")
+        outs = ctx.result_type(0).shape[-nd:]
+        windows = [_max_pool_windows(*args) for args in zip(
+            x.shape[-nd:], outs, attrs["kernel"], attrs["strides"], attrs["pads"][:nd],
+            dilations)]
+        return _batched_pair(ctx, x, nd, lambda v: _pool_with_indices(ctx, v, windows))
     y = _batched(ctx, x, nd, lambda v: ctx.b.max_pool(
         v, **attrs, dilations=_per_dim(ctx, dilation, nd, "dilation"), ceil_mode=ceil_mode))
     return (y, None) if "indices" in name else y
@@ -125,10 +188,11 @@ _ADAPTIVE = {f"_adaptive_avg_pool{n}d.default": ("avg", n) for n in (1, 2, 3)} |
 @aten(*_ADAPTIVE)
 def adaptive_pool(ctx: ConvertContext, x, output_size):
     kind, nd = _ADAPTIVE[overload_name(ctx.node.target)]
-    if kind == "max" and 1 in used_results(ctx):
-        raise ctx.unsupported("the indices of adaptive max pooling are not supported")
     sizes = x.shape[x.type.rank - nd:]
     out = ctx.result_type(0 if kind == "max" else None).shape[x.type.rank - nd:]
+    if kind == "max" and 1 in used_results(ctx):
+        windows = [_adaptive_windows(n, o) for n, o in zip(sizes, out)]
+        return _batched_pair(ctx, x, nd, lambda v: _pool_with_indices(ctx, v, windows))
     if all(n % o == 0 for n, o in zip(sizes, out)):  # equal windows: a plain pool
         kernel = [n // o for n, o in zip(sizes, out)]
         pool = getattr(ctx.b, f"{kind}_pool")
@@ -166,9 +230,31 @@ def _param(ctx: ConvertContext, p: Value | None, fill: float, shape, dtype: DTyp
     return filled(ctx, fill, shape, dtype) if p is None else ctx.as_value(p, dtype)
 
 
+def _normalized(ctx: ConvertContext, x: Value, axes, eps: float) -> Value:
+    """(x - mean) * rsqrt(var + eps) over `axes`, in f32 for halves: what the IR's
+    normalization ops compute, spelled out for an eps they refuse (a negative one, which
+    PyTorch accepts and which gives NaN where var + eps < 0)."""
+    xf = x if x.dtype in (DType.f32, DType.f64) else ctx.b.cast(x, to=DType.f32)
+    d = ctx.b.sub(xf, ctx.b.reduce_mean(xf, axes=tuple(axes), keepdims=True))
+    var = ctx.b.reduce_mean(ctx.b.mul(d, d), axes=tuple(axes), keepdims=True)
+    return ctx.b.mul(d, ctx.b.rsqrt(ctx.b.add(var, ctx.constant(eps, xf.dtype))))
+
+
+def _affine(ctx: ConvertContext, y: Value, weight, bias, shape, dtype: DType) -> Value:
+    """y * weight + bias (each optional, reshaped to broadcast as `shape`), as `dtype`."""
+    for p, op in ((weight, ctx.b.mul), (bias, ctx.b.add)):
+        if p is not None:
+            y = op(y, reshape(ctx, ctx.as_value(p, y.dtype), shape))
+    return y if y.dtype is dtype else ctx.b.cast(y, to=dtype)
+
+
 @aten("native_layer_norm.default")
 def native_layer_norm(ctx: ConvertContext, x, normalized_shape, weight, bias, eps):
     axis = x.type.rank - len(normalized_shape)
+    if eps < 0:
+        y = _normalized(ctx, x, range(axis, x.type.rank), eps)
+        y = _affine(ctx, y, weight, bias, x.shape[axis:], x.dtype)
+        return (y, *_stats(ctx, x, range(axis, x.type.rank), eps, used_results(ctx)))
     params = [] if weight is None and bias is None else [_param(ctx, weight, 1, (), x.dtype)]
     if bias is not None:
         params.append(ctx.as_value(bias, x.dtype))
@@ -178,6 +264,11 @@ def native_layer_norm(ctx: ConvertContext, x, normalized_shape, weight, bias, ep
 
 @aten("native_group_norm.default")
 def native_group_norm(ctx: ConvertContext, x, weight, bias, n, c, hxw, group, eps):
+    if eps < 0:
+        grouped = reshape(ctx, x, (n, group, x.type.numel // max(n * group, 1)))
+        y = reshape(ctx, _normalized(ctx, grouped, (2,), eps), x.shape)
+        y = _affine(ctx, y, weight, bias, (c,) + (1,) * (x.type.rank - 2), x.dtype)
+        return (y, *_stats(ctx, grouped, (2,), eps, used_results(ctx)))
     scale, shift = (_param(ctx, p, f, (c,), x.dtype) for p, f in ((weight, 1), (bias, 0)))
     y = ctx.b.group_norm(x, scale, shift, num_groups=group, epsilon=eps)
     grouped = reshape(ctx, x, (n, group, x.type.numel // max(n * group, 1)))
@@ -294,3 +385,41 @@ def pixel_shuffle(ctx: ConvertContext, x, factor):
         y = reshape(ctx, x, (*batch, c, h // r, r, w // r, r))
         perm = (*range(n), n, n + 2, n + 4, n + 1, n + 3)  # [*, C, r, r, H, W]
     return reshape(ctx, transpose(ctx, y, perm), ctx.result_type().shape)
+
+
+# -- batch norm with running statistics (functional: the updated statistics are results) --
+def _updated_stats(ctx: ConvertContext, x: Value, running_mean, running_var, momentum):
+    """ATen's running statistics after a training step: (1 - m) * old + m * new, the new
+    variance unbiased (n / (n - 1))."""
+    b, c = ctx.b, x.shape[1]
+    axes = (0, *range(2, x.type.rank))
+    count = x.type.numel // max(c, 1)
+    xf = x if x.dtype in (DType.f32, DType.f64) else b.cast(x, to=DType.f32)
+    mean = b.reduce_mean(xf, axes=axes)
+    d = b.sub(xf, b.reduce_mean(xf, axes=axes, keepdims=True))
+    var = b.div(b.reduce_sum(b.mul(d, d), axes=axes), ctx.constant(max(count - 1, 0), xf.dtype))
+    out = []
+    for old, new in ((running_mean, mean), (running_var, var)):
+        old = ctx.as_value(old, new.dtype)
+        step = b.add(b.mul(old, 1 - momentum), b.mul(new, momentum))
+        out.append(ctx.as_value(step, running_mean.dtype))
+    return out
+
+
+@aten("_native_batch_norm_legit_functional.default")
+def batch_norm_functional(ctx: ConvertContext, x, weight, bias, running_mean, running_var,
+                          training, momentum, eps):
+    if not training:  # the running statistics normalize and come back unchanged
+        y, *stats = batch_norm(ctx, x, weight, bias, running_mean, running_var, momentum, eps)
+        return (y, *stats, running_mean, running_var)
+    y, *stats = batch_norm_batch_stats(ctx, x, weight, bias, training, momentum, eps)
+    return (y, *stats, *_updated_stats(ctx, x, running_mean, running_var, momentum))
+
+
+@aten("_batch_norm_with_update_functional.default")
+def batch_norm_with_update(ctx: ConvertContext, x, weight, bias, running_mean, running_var,
+                           momentum, eps):
+    y, mean, rstd = batch_norm_batch_stats(ctx, x, weight, bias, True, momentum, eps)
+    reserve = ctx.result_type(3)  # a buffer for the backward, empty on CPU
+    return (y, mean, rstd, filled(ctx, 0, reserve.shape, reserve.dtype),
+            *_updated_stats(ctx, x, running_mean, running_var, momentum))

@@ -3,8 +3,11 @@
 from ember.frontends.torch import (  # noqa: F401  (registration)
     aten_creation,
     aten_index,
+    aten_linalg,
+    aten_math,
     aten_nn,
     aten_pointwise,
     aten_reduce,
+    aten_special,
     aten_tensor,
 )

@@ -90,10 +90,19 @@ def arg_extreme(ctx: ConvertContext, x, dim=None, keepdim=False):
 # -- var, std ------------------------------------------------------------------------------
 def _var(ctx: ConvertContext, x: Value, dim, correction, keepdim) -> Value:
     correction = 1 if correction is None else correction
-    require(ctx, float(correction).is_integer(), f"a fractional correction {correction}")
     require(ctx, x.dtype.is_float, f"variance of {x.dtype}")
-    return ctx.b.reduce_var(x, axes=_axes(ctx, x, dim), keepdims=bool(keepdim),
-                            correction=int(correction))
+    axes = _axes(ctx, x, dim)
+    if float(correction).is_integer() and correction >= 0:
+        return ctx.b.reduce_var(x, axes=axes, keepdims=bool(keepdim),
+                                correction=int(correction))
+    # A fractional or negative correction: sum((x - mean)**2) / max(N - correction, 0), as ATen's.
+    b = ctx.b
+    count = 1
+    for a in axes:
+        count *= x.shape[a]
+    d = b.sub(x, b.reduce_mean(x, axes=axes, keepdims=True))
+    total = b.reduce_sum(b.mul(d, d), axes=axes, keepdims=bool(keepdim))
+    return b.div(total, ctx.constant(max(count - correction, 0), x.dtype))
 
 
 @aten("var.correction", "std.correction")

@@ -77,7 +77,8 @@ def clamped_range(dim: int, start: int | None, end: int | None) -> tuple[int, in
 
 # -- views ----------------------------------------------------------------------------------
 @aten("view.default", "_unsafe_view.default", "reshape.default", "alias.default",
-      "squeeze.default", "squeeze.dim", "squeeze.dims", "unsqueeze.default")
+      "squeeze.default", "squeeze.dim", "squeeze.dims", "unsqueeze.default",
+      "view_copy.default")
 def view(ctx: ConvertContext, x, *shape_args):
     return reshape(ctx, x, ctx.result_type().shape)
 
@@ -96,7 +97,7 @@ def expand(ctx: ConvertContext, x, size, implicit=False):
     return x if x.shape == shape else ctx.b.broadcast(x, shape=shape)
 
 
-@aten("permute.default")
+@aten("permute.default", "permute_copy.default")
 def permute(ctx: ConvertContext, x, dims):
     return transpose(ctx, x, [d % max(x.type.rank, 1) for d in dims])
 
@@ -156,7 +157,7 @@ def split_with_sizes(ctx: ConvertContext, x, split_sizes, dim=0):
     return _split(ctx, x, split_sizes, dim)
 
 
-@aten("unbind.int")
+@aten("unbind.int", "unbind_copy.int")
 def unbind(ctx: ConvertContext, x, dim=0):
     axis = dim % x.type.rank
     shape = x.shape[:axis] + x.shape[axis + 1:]
@@ -170,7 +171,7 @@ def slice_(ctx: ConvertContext, x, dim=0, start=None, end=None, step=1):
     return slice_axis(ctx, x, axis, *clamped_range(x.shape[axis], start, end), step)
 
 
-@aten("narrow.default")
+@aten("narrow.default", "narrow_copy.default")
 def narrow(ctx: ConvertContext, x, dim, start, length):
     axis = dim % x.type.rank
     start = start + x.shape[axis] if start < 0 else start
@@ -293,6 +294,10 @@ def unfold(ctx: ConvertContext, x, dimension, size, step):
 @aten("topk.default")
 def topk(ctx: ConvertContext, x, k, dim=-1, largest=True, sorted=True):
     # Always sorted, which sorted=False allows.
+    if x.type.rank == 0:  # a scalar is its own top 1 (or top 0), at index 0
+        values, indices = topk(ctx, reshape(ctx, x, (1,)), k, 0, largest, sorted)
+        shape = ctx.result_type(0).shape
+        return reshape(ctx, values, shape), reshape(ctx, indices, shape)
     return ctx.b.topk(x, k=k, axis=dim, largest=largest, sorted=True)
 
 

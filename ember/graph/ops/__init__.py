@@ -10,6 +10,7 @@ from ember.graph.ops import (  # noqa: F401  (registration)
     reduce,
     sampling,
     shape,
+    special,
 )
 from ember.graph.ops.registry import Attr, OpDef, all_opdefs, define, get_opdef, has_op
 

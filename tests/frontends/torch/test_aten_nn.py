@@ -7,10 +7,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.fx.experimental.proxy_tensor import make_fx
 
-from ember.errors import UnsupportedOpError
-from ember.frontends.torch.fx_importer import import_fx
 from tests.frontends.torch.test_aten_tensor import assert_same, check, check_aten, check_module
 
 aten = torch.ops.aten
@@ -82,13 +79,6 @@ def test_pools():
     check(lambda x: (F.adaptive_avg_pool2d(x, (3, 5)), F.adaptive_avg_pool2d(x, (4, 3)),
                      F.adaptive_avg_pool1d(x[0], 4), F.adaptive_max_pool2d(x, (3, 4)),
                      F.adaptive_max_pool2d(x, (4, 3)), F.adaptive_avg_pool3d(x, (3, 1, 2))), x)
-
-
-def test_pool_indices_are_unsupported():
-    gm = make_fx(lambda x: aten.max_pool2d_with_indices(x, [2, 2]), tracing_mode="fake")(
-        torch.randn(1, 1, 4, 4))
-    with pytest.raises(UnsupportedOpError, match="indices"):
-        import_fx(gm)
 
 
 def test_normalizations():

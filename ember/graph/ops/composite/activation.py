@@ -245,14 +245,19 @@ def _softmax_infer(types, attrs):
     return x
 
 
+def _max_np(x, axis):
+    # initial= makes an empty axis (whose softmax is empty too) reduce like reduce_max does.
+    return np.max(x, axis=axis, keepdims=True, initial=-np.inf)
+
+
 def softmax_np(x, axis):
-    shifted = x - np.max(x, axis=axis, keepdims=True)
+    shifted = x - _max_np(x, axis)
     e = np.exp(shifted)
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
 def _logsoftmax_np(x, axis):
-    shifted = x - np.max(x, axis=axis, keepdims=True)
+    shifted = x - _max_np(x, axis)
     return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
 
 
