@@ -59,6 +59,18 @@ def make_model(name: str):
     raise SystemExit(f"unknown model {name}")
 
 
+class FirstOutput(torch.nn.Module):
+    """The model's first output only, called positionally (what the ONNX exporter needs)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, *inputs):
+        out = self.model(*inputs)
+        return out if isinstance(out, torch.Tensor) else out[0]
+
+
 def median_ms(fn, repeat: int) -> float:
     fn()  # warm up
     times = []
@@ -76,7 +88,7 @@ def onnxruntime_ms(model, inputs, repeat: int, threads: int) -> float | None:
         return None
     buffer = io.BytesIO()
     with torch.no_grad():
-        torch.onnx.export(model, inputs, buffer, dynamo=False, opset_version=17)
+        torch.onnx.export(FirstOutput(model), inputs, buffer, dynamo=False, opset_version=17)
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     options.log_severity_level = 3
