@@ -11,36 +11,16 @@ import torch
 
 from ember import (
     BadAttributeError,
-    Builder,
     DType,
     InterpreterError,
     ShapeError,
-    interpret,
-    parse_graph,
-    print_graph,
 )
-from ember.dtypes import from_numpy
+from tests.graph.ops.op_testing import result_types, run
 
 rng = np.random.default_rng(0)
 F32, F16, I32, I64 = DType.f32, DType.f16, DType.i32, DType.i64
 
 
-def result_types(op: str, *types, **attrs) -> list[str]:
-    b = Builder()
-    out = getattr(b, op)(*(b.input(f"x{i}", d, s) for i, (d, s) in enumerate(types)), **attrs)
-    return [str(v.type) for v in (out if isinstance(out, tuple) else (out,))]
-
-
-def run(op: str, *inputs: np.ndarray, **attrs) -> list[np.ndarray]:
-    """Build op(*inputs), check the text round trip, and interpret it on the inputs."""
-    b = Builder("t")
-    args = [b.input(f"x{i}", from_numpy(a.dtype), a.shape) for i, a in enumerate(inputs)]
-    out = getattr(b, op)(*args, **attrs)
-    b.output(*(out if isinstance(out, tuple) else (out,)))
-    graph = b.build()
-    text = print_graph(graph)
-    assert print_graph(parse_graph(text)) == text
-    return interpret(graph, list(inputs))
 
 
 def sample(dtype, shape) -> np.ndarray:
