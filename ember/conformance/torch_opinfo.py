@@ -58,6 +58,8 @@ from ember.errors import EmberError, UnsupportedOpError
 ROOT = Path(__file__).resolve().parents[2]
 RATCHET = ROOT / "tests" / "conformance" / "torch" / "opinfo_ratchet.txt"
 DOC = ROOT / "docs" / "conformance-torch.md"
+# The options handed to the ember backend: strict (no silent eager fallback) and the executor.
+BACKEND_OPTIONS = {"strict": True, "executor": "interp"}
 
 RTOL, ATOL = 1.3e-5, 1.5e-5  # Inductor's float32 tolerances
 
@@ -199,7 +201,7 @@ def run_sample(fn_op: Callable[..., Any], sample: Any) -> tuple[str, str, tuple[
         return "skip", _brief(e), ()
 
     compiled = torch.compile(_fresh_caller(fn_op), backend="ember", fullgraph=True,
-                             dynamic=False, options={"strict": True})
+                             dynamic=False, options=dict(BACKEND_OPTIONS))
     graphs = ember.torch.counters["graphs"]
     fallbacks = ember.torch.counters["fallback_graphs"]
     try:
@@ -396,9 +398,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-v", "--verbose", action="store_true", help="print every OpInfo")
     parser.add_argument("--max-samples", type=int, default=None,
                         help="run at most this many samples per OpInfo (default: all)")
+    parser.add_argument("--executor", default="interp", choices=("interp", "cpu"),
+                        help="run Ember's graphs interpreted or compiled (the report and the"
+                             " ratchet record the interpreter's results)")
     parser.add_argument("--write-docs", action="store_true")
     parser.add_argument("--update-ratchet", action="store_true")
     args = parser.parse_args(argv)
+    BACKEND_OPTIONS["executor"] = args.executor
+    if args.executor != "interp" and (args.write_docs or args.update_ratchet):
+        parser.error("--write-docs and --update-ratchet record interpreter runs only")
 
     ops = float32_ops()
     pattern = re.compile(args.filter) if args.filter else None

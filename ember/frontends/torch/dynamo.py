@@ -4,7 +4,8 @@ Dynamo captures a graph, AOT Autograd lowers it to core ATen ops (parameters bec
 inputs), and Ember imports and runs it. A graph with ops Ember does not support still
 runs: the supported parts are compiled, the rest falls back to eager, with one warning
 naming the ops; `counters` shows how many graphs and ops fell back. With
-`options={"strict": True}` an unsupported op raises UnsupportedOpError instead.
+`options={"strict": True}` an unsupported op raises UnsupportedOpError instead;
+`options={"executor": "cpu"}` runs compiled code (default: `Config()`, so EMBER_BACKEND).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 
+from ember.config import Config
 from ember.errors import UnsupportedOpError
 from ember.frontends.torch.fallback import partition
 from ember.frontends.torch.fx_importer import describe_unsupported, import_fx, unsupported_nodes
@@ -28,17 +30,17 @@ counters: Counter = Counter()
 _warned: set[str] = set()
 
 
-def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], strict: bool
-                   ) -> Callable[..., Any]:
+def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], strict: bool,
+                   config: Config) -> Callable[..., Any]:
     counters["graphs"] += 1
     missing = unsupported_nodes(gm)
     if not missing:
-        return GraphRunner(import_fx(gm, name="dynamo"))
+        return GraphRunner(import_fx(gm, name="dynamo"), config=config)
     if strict:
         raise UnsupportedOpError("the graph uses " + describe_unsupported(missing))
     counters["fallback_graphs"] += 1
     counters["fallback_ops"] += len(missing)
-    fused, names = partition(gm)
+    fused, names = partition(gm, config)
     key = ",".join(names)
     if key not in _warned:
         _warned.add(key)
@@ -50,10 +52,12 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], stri
 def ember_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                   options: dict | None = None, **kwargs: Any) -> Callable[..., Any]:
     """The torch.compile backend function (registered as the entry point `ember`)."""
-    strict = bool((options or {}).get("strict", False))
+    options = dict(options or {})
+    strict = bool(options.pop("strict", False))
+    config = Config(**options)
 
     def compile_forward(fx_module: torch.fx.GraphModule, inputs: Sequence[Any]):
-        compiled = _compile_graph(fx_module, inputs, strict)
+        compiled = _compile_graph(fx_module, inputs, strict, config)
         return _boxed(compiled)
 
     backend = aot_autograd(fw_compiler=compile_forward,
