@@ -13,16 +13,23 @@ from pathlib import Path
 from ember.errors import EmberError
 
 
-def _opt(args: argparse.Namespace) -> int:
-    from ember.driver.pass_manager import PassManager
-    from ember.graph.text import parse_graph, print_graph
+def _read_graph(file: str):
+    """The graph IR in `file` ("-" for standard input), parsed."""
+    from ember.graph.text import parse_graph
 
-    source = "<stdin>" if args.file == "-" else args.file
+    source = "<stdin>" if file == "-" else file
     try:
-        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+        text = sys.stdin.read() if file == "-" else Path(file).read_text()
     except OSError as e:
         raise EmberError(f"cannot read {source}: {e.strerror}") from None
-    graph = parse_graph(text, source)
+    return parse_graph(text, source)
+
+
+def _opt(args: argparse.Namespace) -> int:
+    from ember.driver.pass_manager import PassManager
+    from ember.graph.text import print_graph
+
+    graph = _read_graph(args.file)
     passes = [p for p in (args.passes or "").split(",") if p]
     manager = PassManager(passes, print_after_all=args.print_after_all,
                           print_after=args.print_after.split(",") if args.print_after else (),
@@ -45,17 +52,11 @@ def _opt(args: argparse.Namespace) -> int:
 def _lower(args: argparse.Namespace) -> int:
     from ember.driver.pass_manager import run_passes
     from ember.graph.passes import DEFAULT_PIPELINE
-    from ember.graph.text import parse_graph
     from ember.loops.lower import lower_graph
     from ember.loops.text import print_program
     from ember.loops.verify import verify_program
 
-    source = "<stdin>" if args.file == "-" else args.file
-    try:
-        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
-    except OSError as e:
-        raise EmberError(f"cannot read {source}: {e.strerror}") from None
-    graph = parse_graph(text, source)
+    graph = _read_graph(args.file)
     passes = DEFAULT_PIPELINE if args.passes is None else [p for p in args.passes.split(",") if p]
     program = verify_program(lower_graph(run_passes(graph, passes)))
     sys.stdout.write(print_program(program, constants=args.constants))
