@@ -11,6 +11,7 @@ verified, run by the reference interpreter (`interpret`) and optimized by the pa
 from ember.config import Config
 from ember.driver.compile import compile
 from ember.dtypes import DType
+from ember.explain import explain
 from ember.errors import (
     BadAttributeError,
     EmberError,
@@ -48,6 +49,7 @@ __all__ = [
     "UnsupportedOpError",
     "VerificationError",
     "compile",
+    "explain",
     "interpret",
     "parse_graph",
     "print_graph",

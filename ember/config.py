@@ -17,6 +17,8 @@ class Config:
     executor: str = field(default_factory=lambda: os.environ.get("EMBER_BACKEND") or "interp")
     # How many input signatures one compiled callable keeps before evicting the oldest.
     max_specializations: int = 8
+    # Fuse ops into shared kernels (the `fuse` pass); off only to compare or bisect.
+    fusion: bool = True
     # Keep compiled code on disk (EMBER_CACHE_DIR) so that a new process skips every stage.
     disk_cache: bool = True
 

@@ -42,7 +42,8 @@ def build(graph: Graph, config: Config) -> Artifact:
 
     timings = {}
     start = time.perf_counter()
-    optimized = PassManager(DEFAULT_PIPELINE).run(clone_graph(graph))
+    passes = DEFAULT_PIPELINE + (["fuse", "dce"] if config.fusion else [])
+    optimized = PassManager(passes).run(clone_graph(graph))
     timings["graph passes"] = time.perf_counter() - start
     start = time.perf_counter()
     program = verify_program(lower_graph(optimized))
@@ -53,6 +54,7 @@ def build(graph: Graph, config: Config) -> Artifact:
     timings["llvm"] = time.perf_counter() - start
     artifact.extra["timings"] = timings
     artifact.extra["kernels"] = len(program.kernels)
+    artifact.extra["kernel_table"] = kernel_table(program)
     last_build.clear()
     last_build.update(artifact.extra)
     dump = os.environ.get("EMBER_DUMP")
@@ -63,6 +65,18 @@ def build(graph: Graph, config: Config) -> Artifact:
         write_atomically(folder / "llvm.ll", llvm_ir_text(module))
         write_atomically(folder / "asm.s", assembly_text(module))
     return artifact
+
+
+def kernel_table(program) -> list[dict]:
+    """For each kernel: its name, the graph ops it computes and the bytes its parameters
+    span (what one call reads and writes at least), for explain."""
+    table = []
+    for kernel in program.kernels:
+        ops = kernel.origin.split("[", 1)[1].rstrip("]").split(", ") if "[" in kernel.origin \
+            else [kernel.origin.split(" ", 1)[0].removeprefix("graph.")]
+        table.append({"name": kernel.name, "ops": ops, "origin": kernel.origin,
+                      "bytes": sum(p.nbytes for p in kernel.params)})
+    return table
 
 
 def compile_graph(graph: Graph, config: Config | None = None) -> Executable:

@@ -79,6 +79,8 @@ class Interpreter:
             return self.run_region(branch, [])
         if op.name == "loop":
             return self.run_loop(op)
+        if op.name == "fused":
+            return self.run_region(op.regions[0], [self.env[v] for v in op.operands])
         return evaluate_op(op, [self.env[v] for v in op.operands])
 
     def run_loop(self, op: Op) -> list[np.ndarray]:

@@ -65,8 +65,10 @@ class _Verifier:
         if len(op.regions) != opdef.num_regions:
             raise VerificationError(
                 f"{where}: has {len(op.regions)} regions, expected {opdef.num_regions}")
+        # An isolated region (graph.fused) sees only its own arguments.
+        outer = [] if "isolated" in opdef.traits else scopes
         for i, region in enumerate(op.regions):
-            self.region(region, scopes, f"{where} region {i}")
+            self.region(region, outer, f"{where} region {i}")
         try:
             normalized = opdef.normalize_attrs(op.attrs)
             if op.name == "constant" and normalized["name"] is not None:

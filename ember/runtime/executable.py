@@ -136,7 +136,10 @@ class Executable:
     llvmlite execution engine); it is only held."""
 
     def __init__(self, program: Program | Interface, plan: MemoryPlan, entry: Any, engine: Any,
-                 constants: dict[str, np.ndarray] | Sequence[np.ndarray] | None = None):
+                 constants: dict[str, np.ndarray] | Sequence[np.ndarray] | None = None,
+                 notes: dict[str, Any] | None = None):
+        # What the build recorded (timings, the kernel table), for explain and the demo.
+        self.notes = notes or {}
         self.interface = program if isinstance(program, Interface) else Interface.of(program)
         self.program = program if isinstance(program, Program) else None
         self.plan = plan
@@ -252,7 +255,7 @@ def load_artifact(artifact: Artifact) -> Executable:
 
     jit = load_object(artifact.object_code)
     return Executable(artifact.interface, artifact.plan, jit.address(artifact.interface.entry),
-                      jit, artifact.constants)
+                      jit, artifact.constants, artifact.extra)
 
 
 def compile_program(program: Program, plan: MemoryPlan | None = None) -> Executable:

@@ -4,6 +4,7 @@ from ember.graph.ops import (  # noqa: F401  (registration)
     composite,
     control,
     elementwise,
+    fused,
     indexing,
     linalg,
     pool,

@@ -53,8 +53,11 @@ def _load() -> None:
         dce,
         decompose,
         fold,
+        fold_affine,
+        fuse,
     )
 
 
-# The default graph pipeline: expand composites, simplify, fold, share, clean up.
-DEFAULT_PIPELINE = ["decompose", "canonicalize", "fold", "cse", "dce"]
+# The default graph pipeline: expand composites, simplify, fold (constants, then batch-norm
+# into weights), share, clean up.
+DEFAULT_PIPELINE = ["decompose", "canonicalize", "fold", "fold_affine", "cse", "dce"]

@@ -2,7 +2,9 @@
 
 x + 0, x - 0, x * 1, x / 1, neg(neg(x)), not(not(x)) -> x; transpose of a transpose
 composes (to nothing when the permutations cancel); reshape of a reshape is one reshape;
-reshape, broadcast, cast, slice and concat that change nothing disappear. An identity
+reshape, broadcast, cast, slice, pad and concat that change nothing disappear; `where` on
+a constant condition picks its operand; a zero pad around a convolution's spatial axes
+becomes the convolution's own padding. An identity
 applies only when the result has the operand's exact type, so broadcasting through
 `x + 0` is kept.
 """
@@ -96,6 +98,41 @@ def drop_full_slice(op: Op, b: Builder) -> list[Value] | None:
 @canonical_patterns.on("concat")
 def drop_single_concat(op: Op, b: Builder) -> list[Value] | None:
     return [op.operands[0]] if len(op.operands) == 1 else None
+
+
+@canonical_patterns.on("pad")
+def drop_empty_pad(op: Op, b: Builder) -> list[Value] | None:
+    return [op.operands[0]] if not any(op.attrs["pads"]) else None
+
+
+@canonical_patterns.on("conv")
+def absorb_zero_pad(op: Op, b: Builder) -> list[Value] | None:
+    """conv(pad(x) with zeros around the spatial axes) is a conv of x with more padding."""
+    pad = op.operands[0].producer
+    if (pad is None or pad.name != "pad" or pad.attrs["mode"] != "constant"
+            or pad.attrs["value"] != 0.0):
+        return None
+    rank = len(op.operands[0].shape)
+    begins, ends = pad.attrs["pads"][:rank], pad.attrs["pads"][rank:]
+    if any(begins[:2]) or any(ends[:2]) or min(pad.attrs["pads"]) < 0:
+        return None
+    nd = rank - 2
+    pads = list(op.attrs["pads"]) or [0] * (2 * nd)
+    pads = [p + q for p, q in zip(pads, [*begins[2:], *ends[2:]])]
+    return [b.op("conv", [pad.operands[0], *op.operands[1:]], {**op.attrs, "pads": pads},
+                 loc=op.loc).result]
+
+
+@canonical_patterns.on("where")
+def constant_condition(op: Op, b: Builder) -> list[Value] | None:
+    cond = constant_value(b.graph, op.operands[0])
+    if cond is None or cond.size == 0:
+        return None
+    if np.all(cond):
+        return _same_type(op, op.operands[1])
+    if not np.any(cond):
+        return _same_type(op, op.operands[2])
+    return None
 
 
 @graph_pass("canonicalize", "apply local identities (x+0, x*1, transpose/reshape chains, no-ops)")

@@ -1,7 +1,8 @@
 """Common-subexpression elimination: equal ops on equal operands compute once.
 
 Two ops are equal when their names, operands, attributes and result types are. An op
-may reuse a value from its own region or an enclosing one, never from a sibling region.
+may reuse a value from its own region or an enclosing one (unless the region is
+isolated, as graph.fused's is), never from a sibling region.
 Ops with regions are left alone.
 """
 
@@ -37,8 +38,10 @@ def _cse_region(region: Region, seen: ChainMap, replaced: dict[Value, Value]) ->
     for op in region.ops:
         op.operands = [replaced.get(v, v) for v in op.operands]
         if op.regions:
+            # An isolated region (graph.fused) may reuse nothing from outside.
+            scope = ChainMap() if "isolated" in op.opdef.traits else seen
             for inner in op.regions:
-                removed += _cse_region(inner, seen.new_child(), replaced)
+                removed += _cse_region(inner, scope.new_child(), replaced)
             kept.append(op)
             continue
         key = op_key(op)

@@ -27,6 +27,7 @@ from ember.loops.ir import (
     Var,
 )
 from ember.loops.lower.core import LowerContext, find_lowering
+from ember.loops.lower.fused import lower_fused
 
 
 def lower_graph(graph: Graph) -> Program:
@@ -101,13 +102,21 @@ class _Lowerer:
         return steps
 
     def lower_op(self, op: Op, outputs: set[Value]) -> Call:
-        fn = find_lowering(op.name)
-        if fn is None:
-            raise UnsupportedOpError(f"{op.where()}: no lowering to loops for graph.{op.name}")
-        ctx = LowerContext(op)
-        body = fn(ctx)
-        kernel = Kernel(f"k{len(self.kernels)}_{op.name}", [*ctx.inputs, *ctx.outputs], body,
-                        ctx.locals, op.where())
+        if op.name == "fused":
+            body, inputs, results, locals_ = lower_fused(op, self.graph)
+            members = [m.name for m in op.regions[0].ops if m.name != "constant"]
+            name = "_".join(list(dict.fromkeys(members))[:3])
+            origin = f"{op.where()} [{', '.join(members)}]"
+        else:
+            fn = find_lowering(op.name)
+            if fn is None:
+                raise UnsupportedOpError(f"{op.where()}: no lowering to loops for"
+                                         f" graph.{op.name}")
+            ctx = LowerContext(op)
+            body, inputs, results, locals_ = fn(ctx), ctx.inputs, ctx.outputs, ctx.locals
+            name, origin = op.name, op.where()
+        kernel = Kernel(f"k{len(self.kernels)}_{name}", [*inputs, *results], body, locals_,
+                        origin)
         self.kernels.append(kernel)
         results = []
         for value in op.results:

@@ -88,7 +88,8 @@ def accumulator(ctx: LowerContext) -> Load:
 def store_result(ctx: LowerContext, index: Sequence[Expr], value: Expr) -> Store:
     """Store `value` (in the compute type) at `index` of the output, rounded to its dtype."""
     dtype = ctx.outputs[0].dtype
-    return Store("y0", tuple(index), value if value.dtype is dtype else Cast(dtype, value))
+    return Store(ctx.outputs[0].name, tuple(index),
+                 value if value.dtype is dtype else Cast(dtype, value))
 
 
 # -- matmul -------------------------------------------------------------------------------

@@ -1,0 +1,95 @@
+"""Outlining: a group of ops becomes one `graph.fused` op whose region holds copies of them.
+
+The region is isolated: its arguments are the values the group reads from outside (one-
+element constants are copied in instead, so that kernels see them as literals), and it
+yields the values that something outside the group reads. Uses of those values elsewhere
+are redirected to the fused op's results, and the body is re-sorted topologically (a user
+of an early member may sit before the group's last member).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ember.graph.fusion.policy import FusionPlan
+from ember.graph.ir import Graph, Op, Region, Value
+
+
+def _is_scalar_constant(value: Value) -> bool:
+    producer = value.producer
+    return producer is not None and producer.name == "constant" and value.type.numel == 1
+
+
+def outline(graph: Graph, region: Region, ops: Sequence[Op], plan: FusionPlan,
+            users: dict[Value, list[Op]]) -> Op:
+    """Replace `ops` (in program order) of `region` by one fused op; returns it."""
+    members = set(ops)
+    inputs: list[Value] = []
+    constants: list[Op] = []
+    for op in ops:
+        for value in op.operands:
+            if value.producer in members or value in inputs:
+                continue
+            if _is_scalar_constant(value):
+                if value.producer not in constants:
+                    constants.append(value.producer)
+            else:
+                inputs.append(value)
+    escaping = set(region.outputs)
+    outputs = [r for op in ops for r in op.results
+               if r in escaping or any(u not in members for u in users.get(r, ()))]
+
+    body = Region([v.type for v in inputs], [v.name for v in inputs])
+    mapping: dict[Value, Value] = dict(zip(inputs, body.args))
+    for op in [*constants, *ops]:
+        copy = Op(op.name, [mapping[v] for v in op.operands], dict(op.attrs),
+                  [r.type for r in op.results], (), op.loc, [r.name for r in op.results])
+        mapping.update(zip(op.results, copy.results))
+        body.ops.append(copy)
+    body.outputs = [mapping[v] for v in outputs]
+
+    root = plan.root or ops[-1]
+    fused = Op("fused", inputs, {"kind": plan.kind}, [v.type for v in outputs], [body],
+               root.loc, [v.name for v in outputs])
+    replace = dict(zip(outputs, fused.results))
+    _replace_uses(graph.body, replace)
+    region.ops = [fused if op is ops[-1] else op for op in region.ops if op not in members
+                  or op is ops[-1]]
+    region.ops = _topological(region.ops)
+    return fused
+
+
+def _replace_uses(region: Region, replace: dict[Value, Value]) -> None:
+    for op in region.ops:
+        op.operands = [replace.get(v, v) for v in op.operands]
+        for inner in op.regions:
+            _replace_uses(inner, replace)
+    region.outputs = [replace.get(v, v) for v in region.outputs]
+
+
+def _topological(ops: list[Op]) -> list[Op]:
+    """`ops` in an order where each op follows the producers of what it reads (stable)."""
+    produced_here = {r: op for op in ops for r in op.results}
+    placed: set[Op] = set()
+    order: list[Op] = []
+
+    def needs(op: Op) -> list[Op]:
+        used = set(op.operands)
+        for region in op.regions:
+            for inner in region.walk():
+                used.update(inner.operands)
+        return [produced_here[v] for v in used if v in produced_here]
+
+    for start in ops:
+        stack = [(start, False)]
+        while stack:
+            op, expanded = stack.pop()
+            if op in placed:
+                continue
+            if expanded:
+                placed.add(op)
+                order.append(op)
+                continue
+            stack.append((op, True))
+            stack.extend((dep, False) for dep in needs(op) if dep not in placed)
+    return order
