@@ -6,19 +6,29 @@
 
 `emit_object` and `load_object` let a cache keep the machine code: the object bytes load
 into a fresh engine without LLVM compiling anything again.
+
+Code with parallel loops calls libgomp, which is loaded into the process (RTLD_GLOBAL) the
+first time such code is loaded. Its team size is a global of the module that `JitModule`
+sets when the program's entry is looked up: `EMBER_NUM_THREADS`, else the cores this
+process may run on (`default_num_threads`).
 """
 
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import functools
+import importlib.util
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import llvmlite.binding as llvm
 from llvmlite import ir
 
 from ember.codegen import CodegenError
 from ember.codegen.llvm import entry_name
+from ember.codegen.parallel import OPENMP_SYMBOLS, num_threads_symbol
 
 ENTRY_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                               ctypes.c_void_p)
@@ -88,28 +98,103 @@ def compile_ir(module: ir.Module | str, opt: int = 3) -> llvm.ModuleRef:
     return ref
 
 
+# -- the OpenMP runtime and the thread count -----------------------------------------------------
+
+def _libgomp_candidates() -> list[str]:
+    """Where libgomp may be: the system's (by soname, which also finds a copy that torch
+    already loaded, so the process keeps one OpenMP runtime), then the one torch ships."""
+    found = [name] if (name := ctypes.util.find_library("gomp")) else []
+    spec = importlib.util.find_spec("torch")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        found += sorted(str(p) for p in (Path(folder) / "lib").glob("libgomp*.so*"))
+    return found
+
+
+@functools.cache
+def load_openmp() -> str:
+    """Make libgomp's symbols visible to the JIT (loaded permanently, RTLD_GLOBAL); returns
+    where they come from. Raises CodegenError when no libgomp can be found."""
+    if all(hasattr(_PROCESS, name) for name in OPENMP_SYMBOLS):
+        return "the process"
+    tried = []
+    for candidate in _libgomp_candidates():
+        try:
+            llvm.load_library_permanently(candidate)
+        except RuntimeError as error:
+            tried.append(f"{candidate} ({error})")
+            continue
+        if all(hasattr(_PROCESS, name) for name in OPENMP_SYMBOLS):
+            return candidate
+        tried.append(f"{candidate} (lacks {', '.join(OPENMP_SYMBOLS)})")
+    raise CodegenError("parallel loops need the OpenMP runtime, libgomp, which was not found"
+                       f" (tried: {'; '.join(tried) or 'nothing found'}); install it (e.g."
+                       " apt-get install libgomp1) or emit the loops as serial")
+
+
+def default_num_threads() -> int:
+    """The team size of parallel loops: EMBER_NUM_THREADS, else the number of cores this
+    process may run on."""
+    value = os.environ.get("EMBER_NUM_THREADS", "").strip()
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise CodegenError(f"EMBER_NUM_THREADS must be a positive integer, not '{value}'")
+        return int(value)
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
 def _check_externals(ref: llvm.ModuleRef) -> None:
     """Every function the module calls but does not define must exist in this process:
     MCJIT resolves a missing symbol to address 0, so calling it would crash."""
-    for fn in ref.functions:
-        if fn.is_declaration and not fn.name.startswith("llvm.") and \
-                not hasattr(_PROCESS, fn.name):
-            raise CodegenError(f"generated code calls '{fn.name}', which this process lacks")
+    declared = [fn.name for fn in ref.functions
+                if fn.is_declaration and not fn.name.startswith("llvm.")]
+    if any(name in OPENMP_SYMBOLS for name in declared):
+        load_openmp()
+    for name in declared:
+        if not hasattr(_PROCESS, name):
+            raise CodegenError(f"generated code calls '{name}', which this process lacks")
 
 
 class JitModule:
     """Machine code loaded in this process. It owns the execution engine: the code lives as
-    long as this object, so keep it alive while its functions may run."""
+    long as this object, so keep it alive while its functions may run.
+
+    The first lookup of a program's entry (`entry`, or `address` of the entry symbol, which
+    is how the runtime finds it) sets the program's thread count to `default_num_threads()`
+    unless `set_num_threads` set it before."""
 
     def __init__(self, engine: llvm.ExecutionEngine, ref: llvm.ModuleRef | None = None):
         self.engine = engine
         self.module = ref  # the optimized module (None when loaded from object code)
+        self.threads: dict[str, int] = {}  # module name -> the team size set for it
 
     def address(self, symbol: str) -> int:
         address = self.engine.get_function_address(symbol)
         if not address:
             raise CodegenError(f"no function '{symbol}' in the compiled module")
+        program = symbol.removesuffix(entry_name(""))
+        if program != symbol and program not in self.threads:
+            self.set_num_threads(program)  # a program's entry: size its team before it runs
         return address
+
+    def set_num_threads(self, module_name: str, count: int | None = None) -> bool:
+        """Run the parallel loops of module `module_name` (a program's name, or the name
+        given to `kernel_module`) on `count` threads (default: `default_num_threads()`).
+        Returns False when the module has no parallel loop, so nothing to set."""
+        count = default_num_threads() if count is None else count
+        if count < 1:
+            raise CodegenError(f"a thread count must be at least 1, not {count}")
+        self.threads[module_name] = count
+        symbol = num_threads_symbol(module_name)
+        if self.module is not None and symbol not in {g.name for g in self.module.global_variables}:
+            return False
+        address = self.engine.get_global_value_address(symbol)
+        if not address:
+            return False
+        ctypes.c_int32.from_address(address).value = count  # an aligned i32: a single store
+        return True
 
     def function(self, symbol: str, restype, *argtypes) -> ctypes._CFuncPtr:
         fn = ctypes.CFUNCTYPE(restype, *argtypes)(self.address(symbol))
@@ -156,6 +241,10 @@ def emit_object(module: ir.Module | str | llvm.ModuleRef, opt: int = 3) -> bytes
 
 def load_object(data: bytes) -> JitModule:
     """Load object code from `emit_object` into a fresh engine (no LLVM compile)."""
+    # The linker would abort the process on a symbol it cannot resolve: load libgomp first
+    # if the object names it (its string table holds the names of the symbols it calls).
+    if any(name.encode() + b"\0" in data for name in OPENMP_SYMBOLS):
+        load_openmp()
     tm = new_host_target_machine()
     empty = llvm.parse_assembly(f'target triple = "{tm.triple}"\n')
     engine = llvm.create_mcjit_compiler(empty, tm)

@@ -4,6 +4,8 @@ A `Kernel` becomes `void @<name>(ptr %<param>, ...)`: one pointer per parameter,
 row-major buffer whose element strides are `Buffer.strides`. Locals are allocas in the entry
 block (LLVM promotes them), loop counters too. Scalar code comes from the op tables in
 `ember.codegen.scalar`; this module emits the structure around it: loops, ifs, loads, stores.
+Parallel loops run on a thread team through libgomp (`ember.codegen.parallel`); the other
+kinds are scheduling hints, emitted as serial loops.
 
 A `Program` becomes one module: its kernels plus
 
@@ -24,6 +26,7 @@ from collections.abc import Sequence
 from llvmlite import ir
 
 from ember.codegen import CodegenError, scalar
+from ember.codegen.parallel import OPENMP_SYMBOLS, emit_parallel_for, num_threads_symbol
 from ember.codegen.scalar import (
     I64,
     PTR,
@@ -82,26 +85,37 @@ class KernelEmitter:
     """Emits one kernel's body into its function: a walk over statements and expressions,
     each kind of node handled by the method that the tables at the end of the class name."""
 
-    def __init__(self, fn: ir.Function, kernel: Kernel):
+    def __init__(self, fn: ir.Function, kernel: Kernel, locals_: Sequence[Buffer] | None = None,
+                 in_parallel: bool = False):
         self.kernel = kernel
         # Allocas go to the entry block, which ends with a branch to the code once it is done.
         self.allocas = ir.IRBuilder(fn.append_basic_block("entry"))
         self.start = fn.append_basic_block("start")
         self.b = ir.IRBuilder(self.start)
-        self.buffers: dict[str, tuple[ir.Value, Buffer]] = {
-            p.name: (arg, p) for arg, p in zip(fn.args, kernel.params)}
-        for local in kernel.locals:
+        self.buffers: dict[str, tuple[ir.Value, Buffer]] = {}
+        if not in_parallel:  # an outlined body gets its parameters from its data struct
+            self.buffers.update((p.name, (arg, p)) for arg, p in zip(fn.args, kernel.params))
+        for local in kernel.locals if locals_ is None else locals_:
             slot = self.allocas.alloca(ir.ArrayType(storage_type(local.dtype), local.numel),
                                        name=local.name)
             self.buffers[local.name] = (slot, local)
         self.local_names = {local.name for local in kernel.locals}
-        self.vars: dict[str, ir.Value] = {}
+        self.vars: dict[str, ir.Value] = {}  # loop variable -> the i64 slot holding its value
+        self.in_parallel = in_parallel  # inside an outlined parallel body: loops run serially
+
+    def nested(self, fn: ir.Function, private: Sequence[Buffer]) -> KernelEmitter:
+        """An emitter for `fn`, the outlined body of a parallel loop of this kernel, with its
+        own copies of the locals `private`; the caller binds parameters and variables."""
+        return KernelEmitter(fn, self.kernel, private, in_parallel=True)
 
     def error(self, message: str) -> CodegenError:
         return CodegenError(f"kernel @{self.kernel.name}: {message}")
 
     def emit(self) -> None:
         self.stmts(self.kernel.body)
+        self.finish()
+
+    def finish(self) -> None:
         self.b.ret_void()
         self.allocas.branch(self.start)
 
@@ -119,8 +133,16 @@ class KernelEmitter:
     def for_(self, s: For) -> None:
         if s.step == 0:
             raise self.error(f"loop %{s.var.name} has step 0")
+        if s.kind == "parallel" and not self.in_parallel:
+            emit_parallel_for(self, s)
+            return
+        # Other kinds are hints that schedules act on; here they are serial loops.
+        self.loop(s, self.index(s.start), self.index(s.stop))  # bounds evaluated once
+
+    def loop(self, s: For, start: ir.Value, stop: ir.Value) -> None:
+        """`s`'s body run serially for its variable from `start` while it has not reached
+        `stop` (i64 values), by its step."""
         b = self.b
-        start, stop = self.index(s.start), self.index(s.stop)  # both evaluated once
         counter = self.allocas.alloca(I64, name=s.var.name)
         b.store(start, counter)
         header = b.append_basic_block(f"{s.var.name}.header")
@@ -250,13 +272,13 @@ def declare_kernel(module: ir.Module, kernel: Kernel) -> ir.Function:
     return fn
 
 
-def _check_names(names: list[str], entry: str | None = None) -> None:
-    reserved = reserved_symbols()
+def _check_names(names: list[str], module: str, entry: str | None = None) -> None:
+    reserved = reserved_symbols() | {*OPENMP_SYMBOLS, num_threads_symbol(module)}
     seen: set[str] = set()
     for name in names:
         if name in reserved or name.startswith("llvm.") or name == entry:
-            raise CodegenError(f"kernel name @{name} is reserved for a function that"
-                               " generated code calls")
+            raise CodegenError(f"kernel name @{name} is reserved for a function or global"
+                               " that generated code uses")
         if name in seen:
             raise CodegenError(f"two kernels are named @{name}")
         seen.add(name)
@@ -271,7 +293,7 @@ def _add_kernels(module: ir.Module, kernels: Sequence[Kernel]) -> dict[str, ir.F
 
 def kernel_module(kernels: Sequence[Kernel], name: str = "kernels") -> ir.Module:
     """A module holding just `kernels` (for tests, the tuner and single-kernel benchmarks)."""
-    _check_names([k.name for k in kernels])
+    _check_names([k.name for k in kernels], name)
     module = ir.Module(name=name)
     _add_kernels(module, kernels)
     return module
@@ -385,7 +407,7 @@ class EntryEmitter:
 def program_module(program: Program, plan: dict[str, int]) -> ir.Module:
     """One module for `program`: its kernels and its entry function. `plan` maps each temp
     buffer to its byte offset in the arena."""
-    _check_names([k.name for k in program.kernels], entry_name(program.name))
+    _check_names([k.name for k in program.kernels], program.name, entry_name(program.name))
     module = ir.Module(name=program.name)
     functions = _add_kernels(module, program.kernels)
     EntryEmitter(module, program, plan, functions).emit()

@@ -1,6 +1,7 @@
 """The loop-IR verifier: buffers and variables are defined where used, dtypes agree,
-index arities match buffer ranks, and affine accesses stay in bounds where decidable
-(every index whose range follows from constant loop bounds is checked)."""
+index arities match buffer ranks, affine accesses stay in bounds where decidable (every
+index whose range follows from constant loop bounds is checked), and locals used in parallel
+loops are written before they are read (they are private to each thread)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ from ember.loops.ir import (
     Store,
     Unary,
     Var,
+    walk_expr,
+    walk_stmts,
 )
 
 Interval = tuple[int, int] | None  # inclusive [lo, hi], or None when unknown
@@ -39,6 +42,7 @@ GUARDED = "<guarded>"  # marks ranges inside an If, where bounds are not decidab
 
 def verify_kernel(kernel: Kernel) -> Kernel:
     _KernelVerifier(kernel).block(kernel.body, {})
+    _PrivateLocals(kernel).check()
     return kernel
 
 
@@ -230,3 +234,69 @@ def interval(e: Expr, ranges) -> Interval:
         return (0, b[0] - 1) if a[1] - a[0] >= b[0] or a[0] // b[0] != a[1] // b[0] else (
             a[0] % b[0], a[1] % b[0])
     return None
+
+
+# -- locals in parallel loops ----------------------------------------------------------------
+
+Unset = dict[str, str]  # local -> why it holds no value here (for the message)
+
+
+class _PrivateLocals:
+    """Each thread running a parallel loop has its own copy of the kernel's locals, so no value
+    reaches a parallel loop's body, or leaves it, through a local. The rule: in a parallel
+    loop's body, an iteration writes a local before it reads it; after the loop, a local
+    that the body wrote holds nothing until it is written again. The check is per buffer (a
+    store to any element counts as writing the local) and flow-sensitive: a write under an
+    `if` counts after it only if both branches write, a write in a nested loop only if the
+    loop has constant bounds and runs at least once."""
+
+    def __init__(self, kernel: Kernel):
+        self.kernel = kernel
+        self.locals = [b.name for b in kernel.locals]
+
+    def check(self) -> None:
+        if self.locals and any(isinstance(s, For) and s.kind == "parallel"
+                               for s in self.kernel.walk()):
+            self.block(self.kernel.body, {})
+
+    def reads(self, e: Expr, unset: Unset) -> None:
+        for sub in walk_expr(e):
+            if isinstance(sub, Load) and sub.buffer in unset:
+                raise VerificationError(f"kernel @{self.kernel.name}: local %{sub.buffer} is"
+                                        f" read {unset[sub.buffer]} (locals are private to"
+                                        " each thread of a parallel loop)")
+
+    def block(self, stmts: list[Stmt], unset: Unset) -> Unset:
+        """Check `stmts` starting with the locals `unset` holding no value; returns the
+        locals that may hold none after them."""
+        for s in stmts:
+            if isinstance(s, Store):
+                for e in (*s.index, s.value):
+                    self.reads(e, unset)
+                unset = {name: why for name, why in unset.items() if name != s.buffer}
+            elif isinstance(s, If):
+                self.reads(s.cond, unset)
+                unset = {**self.block(s.then, unset), **self.block(s.orelse, unset)}
+            elif isinstance(s, For):
+                self.reads(s.start, unset)
+                self.reads(s.stop, unset)
+                unset = self.loop(s, unset)
+        return unset
+
+    def loop(self, s: For, unset: Unset) -> Unset:
+        if s.kind == "parallel":
+            fresh = f"in parallel loop %{s.var.name} before the iteration writes it"
+            self.block(s.body, {name: fresh for name in self.locals})
+            gone = f"after parallel loop %{s.var.name} before it is written again"
+            written = {st.buffer for st in walk_stmts(s.body) if isinstance(st, Store)}
+            return {**unset, **{name: gone for name in self.locals if name in written}}
+        # A serial loop: the state at its head is the union over iterations. Writes only
+        # remove locals and parallel loops only add them, so two walks reach the fixpoint.
+        after_one = self.block(s.body, unset)
+        head = {**after_one, **unset}
+        if head.keys() != unset.keys():
+            after_one = self.block(s.body, head)
+        start, stop = interval(s.start, {}), interval(s.stop, {})
+        runs = start is not None and stop is not None and \
+            len(range(start[0], stop[0], s.step)) > 0
+        return after_one if runs else {**after_one, **unset}
