@@ -52,10 +52,19 @@ def make_model(name: str):
 
         model = BertModel(BertConfig()).eval()
         return model, (torch.randint(0, 30000, (1, 128)),)
+    if name == "gpt2":
+        from transformers import GPT2Config, GPT2Model
+
+        model = GPT2Model(GPT2Config(use_cache=False)).eval()
+        return model, (torch.randint(0, 50000, (1, 128)),)
     if name == "resnet50":
         from transformers import ResNetConfig, ResNetModel
 
         return ResNetModel(ResNetConfig()).eval(), (torch.randn(1, 3, 224, 224),)
+    if name == "mobilenet_v2":
+        from transformers import MobileNetV2Config, MobileNetV2Model
+
+        return MobileNetV2Model(MobileNetV2Config()).eval(), (torch.randn(1, 3, 224, 224),)
     raise SystemExit(f"unknown model {name}")
 
 

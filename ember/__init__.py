@@ -11,7 +11,6 @@ verified, run by the reference interpreter (`interpret`) and optimized by the pa
 from ember.config import Config
 from ember.driver.compile import compile
 from ember.dtypes import DType
-from ember.explain import explain
 from ember.errors import (
     BadAttributeError,
     EmberError,
@@ -22,6 +21,7 @@ from ember.errors import (
     UnsupportedOpError,
     VerificationError,
 )
+from ember.explain import explain
 from ember.graph import (
     Builder,
     Graph,

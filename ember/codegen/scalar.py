@@ -104,11 +104,16 @@ LIBM_FUNCTIONS = ("expm1", "log1p", "tan", "asin", "acos", "atan", "sinh", "cosh
                   "asinh", "acosh", "atanh", "erf")
 LOWERED_TO_LIBM = ("exp", "log", "sin", "cos", "pow", "fmod", "floor", "ceil", "trunc",
                    "roundeven", "sqrt", "fmaximum", "fminimum")
+# The graph special ops whose reference is a double-precision function: every float type
+# calls the C library's f64 one and rounds to its compute type (lgammaf would miss the
+# reference by ulps; f16/bf16 round again when stored, as in the reference interpreter).
+# lgamma also writes the global `signgam`: a benign race in parallel loops (none reads it).
+LIBM_F64_FUNCTIONS = ("lgamma", "erfc")
 
 
 def reserved_symbols() -> set[str]:
     """Symbols that generated code may call: no kernel may take one of these names."""
-    names = {*LIBM_FUNCTIONS, *LOWERED_TO_LIBM}
+    names = {*LIBM_FUNCTIONS, *LOWERED_TO_LIBM, *LIBM_F64_FUNCTIONS}
     return names | {n + "f" for n in names} | {"memset", "memcpy", "memmove"}  # loop idioms
 
 
@@ -222,6 +227,14 @@ def _libm(base: str) -> Emit:
     return lambda b, t, *xs: call_libm(b, base, *xs)
 
 
+def _libm_in_f64(base: str) -> Emit:
+    def emit(b, t, x):
+        if x.type == F64:
+            return call_libm(b, base, x)
+        return b.fptrunc(call_libm(b, base, b.fpext(x, F64)), x.type)
+    return emit
+
+
 def _float_sign(b, t, x):
     zero, one = _const_like(x, 0.0), _const_like(x, 1.0)
     zero_or_nan = b.select(b.fcmp_ordered("==", x, zero), zero, x)
@@ -243,6 +256,7 @@ FLOAT_UNARY: dict[str, Emit] = {
     "trunc": _intrinsic("llvm.trunc"),
     "round": _intrinsic("llvm.roundeven"),
     **{op: _libm(op) for op in LIBM_FUNCTIONS},
+    **{op: _libm_in_f64(op) for op in LIBM_F64_FUNCTIONS},
     "sign": _float_sign,
     "isnan": lambda b, t, x: b.fcmp_unordered("uno", x, x),
     "isinf": lambda b, t, x: b.fcmp_ordered("==", call_intrinsic(b, "llvm.fabs", x),

@@ -36,6 +36,7 @@ def build(graph: Graph, config: Config) -> Artifact:
     from ember.codegen.cpu import assembly_text, llvm_ir_text
     from ember.codegen.llvm import program_module
     from ember.loops.lower import lower_graph
+    from ember.loops.schedule import schedule_program
     from ember.loops.text import print_program
     from ember.loops.verify import verify_program
     from ember.runtime.memory_plan import plan_memory
@@ -46,7 +47,7 @@ def build(graph: Graph, config: Config) -> Artifact:
     optimized = PassManager(passes).run(clone_graph(graph))
     timings["graph passes"] = time.perf_counter() - start
     start = time.perf_counter()
-    program = verify_program(lower_graph(optimized))
+    program = verify_program(schedule_program(lower_graph(optimized)))
     plan = plan_memory(program)
     timings["lowering"] = time.perf_counter() - start
     start = time.perf_counter()

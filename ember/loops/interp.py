@@ -16,6 +16,7 @@ from ember.dtypes import DType
 from ember.errors import InterpreterError
 from ember.graph.ops.elementwise import BINARY_OPS as GRAPH_BINARY
 from ember.graph.ops.elementwise import UNARY_OPS as GRAPH_UNARY
+from ember.graph.ops.registry import get_opdef
 from ember.loops.ir import (
     Binary,
     Bitcast,
@@ -38,6 +39,8 @@ from ember.loops.ir import (
 )
 
 _HALF = (DType.f16, DType.bf16)
+# Unary ops that are graph special ops computed in f64 (lgamma, erfc), like generated code.
+F64_UNARY = ("lgamma", "erfc")
 
 
 def _compute_type(dtype: DType) -> np.dtype:
@@ -141,7 +144,10 @@ class LoopInterpreter:
                                        f" {list(source.shape)}")
             return _scalar(source[index], e.dtype)
         if isinstance(e, Unary):
-            return _scalar(_unary(e.op, self.eval(e.a, buffers, env)), e.dtype)
+            a = self.eval(e.a, buffers, env)
+            if e.op in F64_UNARY:  # the graph op's reference, in f64
+                return _scalar(get_opdef(e.op).reference(np.asarray(a, np.float64)), e.dtype)
+            return _scalar(_unary(e.op, a), e.dtype)
         if isinstance(e, Binary):
             a, b = self.eval(e.a, buffers, env), self.eval(e.b, buffers, env)
             return _scalar(_binary(e.op, a, b, e.a.dtype), e.dtype)

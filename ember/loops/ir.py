@@ -24,11 +24,13 @@ INDEX = DType.i64
 
 # -- expressions ---------------------------------------------------------------------------
 
-# Unary ops and the dtypes they produce ("same" = the operand's).
+# Unary ops and the dtypes they produce ("same" = the operand's). lgamma and erfc are the
+# graph special ops of those names: computed in f64, then rounded.
 UNARY_OPS = {
     "neg", "abs", "not", "bitwise_not", "exp", "expm1", "log", "log1p", "sqrt", "rsqrt",
     "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh",
-    "atanh", "erf", "floor", "ceil", "round", "trunc", "sign", "isnan", "isinf",
+    "atanh", "erf", "erfc", "lgamma", "floor", "ceil", "round", "trunc", "sign", "isnan",
+    "isinf",
 }
 PREDICATE_UNARY = {"isnan", "isinf"}
 BINARY_OPS = {

@@ -8,4 +8,5 @@ from ember.loops.lower.ops import (  # noqa: F401  (registration)
     pool,
     reduce,
     sampling,
+    special,
 )

@@ -1,0 +1,183 @@
+"""Op-level benchmark: fused kernels against PyTorch eager, torch.compile and ONNX Runtime,
+side by side in one run, with the machine's copy bandwidth measured in the same run.
+
+    python bench/bench_ops.py [--repeat 20] [--threads 2] [--no-record]
+
+Rows: relu(x * w + b) on 16M floats (the fused elementwise kernel: Ember both into a
+preallocated output, `out=`, and called the ordinary way), softmax 256x4096 and
+layer-norm 512x768. Each row reports milliseconds, the GB/s of the minimal traffic (each
+input read once, the output written once) and, for Ember's `out=` call, the fraction of
+the copy bandwidth (a `np.copyto` into a preallocated array of the same bytes). Ratios
+matter, not absolute times: the machine is shared and noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import ember  # noqa: E402
+from bench.bench_models import machine, median_ms  # noqa: E402
+
+
+def ort_session(model, threads: int):
+    try:
+        import onnxruntime
+    except ImportError:
+        return None
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.log_severity_level = 3
+    return onnxruntime.InferenceSession(model.SerializeToString(), options,
+                                        providers=["CPUExecutionProvider"])
+
+
+def onnx_model(nodes, inputs, output, opset=17):
+    from onnx import TensorProto, helper
+
+    def info(name, shape):
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape))
+
+    graph = helper.make_graph(nodes, "bench", [info(n, s) for n, s in inputs],
+                              [info(*output)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+# Each case: (name, input arrays, ember graph builder, torch function, onnx model)
+def relu_affine_case(n: int):
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
+    g = ember.Builder("relu_affine")
+    gx, gw, gb = (g.input(k, "f32", (n,)) for k in "xwb")
+    g.output(g.relu(g.add(g.mul(gx, gw), gb)))
+    from onnx import helper
+
+    nodes = [helper.make_node("Mul", ["x", "w"], ["t"]), helper.make_node("Add", ["t", "b"], ["u"]),
+             helper.make_node("Relu", ["u"], ["y"])]
+    model = onnx_model(nodes, [(k, (n,)) for k in "xwb"], ("y", (n,)))
+    return (f"relu(x*w+b) {n // (1 << 20)}M", [x, w, b], g.build(),
+            lambda x, w, b: torch.relu(x * w + b), model)
+
+
+def softmax_case(rows: int, cols: int):
+    x = np.random.default_rng(0).standard_normal((rows, cols)).astype(np.float32)
+    g = ember.Builder("softmax")
+    g.output(g.softmax(g.input("x", "f32", x.shape), axis=-1))
+    from onnx import helper
+
+    model = onnx_model([helper.make_node("Softmax", ["x"], ["y"], axis=-1)],
+                       [("x", x.shape)], ("y", x.shape))
+    return (f"softmax {rows}x{cols}", [x], g.build(), lambda x: torch.softmax(x, -1), model)
+
+
+def layer_norm_case(rows: int, cols: int):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    gamma, beta = rng.standard_normal(cols).astype(np.float32), rng.standard_normal(cols).astype(
+        np.float32)
+    g = ember.Builder("layer_norm")
+    gx = g.input("x", "f32", x.shape)
+    gg, gb = g.input("g", "f32", (cols,)), g.input("b", "f32", (cols,))
+    g.output(g.layer_norm(gx, gg, gb, axis=-1, epsilon=1e-5))
+    from onnx import helper
+
+    model = onnx_model([helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1,
+                                         epsilon=1e-5)],
+                       [("x", x.shape), ("g", (cols,)), ("b", (cols,))], ("y", x.shape))
+    return (f"layer-norm {rows}x{cols}", [x, gamma, beta], g.build(),
+            lambda x, g, b: torch.nn.functional.layer_norm(x, (cols,), g, b, 1e-5), model)
+
+
+def copy_gbps(nbytes: int, repeat: int) -> float:
+    """Copy bandwidth (read + write) into a preallocated array: the roof for one pass."""
+    src = np.ones(nbytes // 4, np.float32)
+    dst = np.empty_like(src)
+    ms = median_ms(lambda: np.copyto(dst, src), repeat)
+    return 2 * nbytes / ms / 1e6
+
+
+def bench_case(case, repeat: int, threads: int) -> dict:
+    name, arrays, graph, torch_fn, model = case
+    tensors = [torch.from_numpy(a) for a in arrays]
+    compiled = ember.compile(graph, config=ember.Config(executor="cpu", disk_cache=False))
+    want = torch_fn(*tensors).numpy()
+    got = compiled(*arrays)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    out = [np.empty_like(want)]
+    row = {"name": name, "bytes": sum(a.nbytes for a in arrays) + want.nbytes}
+    row["ember_out"] = median_ms(lambda: compiled.run(*arrays, out=out), repeat)
+    row["ember"] = median_ms(lambda: compiled(*arrays), repeat)
+    with torch.no_grad():
+        row["eager"] = median_ms(lambda: torch_fn(*tensors), repeat)
+        try:
+            inductor = torch.compile(torch_fn)
+            row["inductor"] = median_ms(lambda: inductor(*tensors), repeat)
+        except Exception as e:  # noqa: BLE001  (a peer failing is reported, not fatal)
+            print(f"  torch.compile: {type(e).__name__}: {e}", file=sys.stderr)
+            row["inductor"] = None
+    session = ort_session(model, threads)
+    if session is not None:
+        feeds = {i.name: a for i, a in zip(session.get_inputs(), arrays)}
+        row["ort"] = median_ms(lambda: session.run(None, feeds), repeat)
+    else:
+        row["ort"] = None
+    kernels = ember.explain(compiled).kernels
+    row["kernels"] = len(kernels)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--no-record", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("EMBER_NUM_THREADS", str(args.threads))
+    cases = [relu_affine_case(1 << 24), softmax_case(256, 4096), layer_norm_case(512, 768)]
+    rows = []
+    for case in cases:
+        print(f"benchmarking {case[0]} ...", file=sys.stderr)
+        rows.append(bench_case(case, args.repeat, args.threads))
+    copy = copy_gbps(rows[0]["bytes"] // 2, args.repeat)
+
+    def ms(v):
+        return f"{v:.3f}" if v is not None else "n/a"
+
+    def ratio(a, b):
+        return f"{b / a:.2f}x" if a and b else "n/a"
+
+    lines = [f"### {datetime.date.today()}: fused ops, f32, {args.threads} threads"
+             f" (median of {args.repeat})", "", f"Machine: {machine()}.", "",
+             f"Copy into a preallocated array (the same run): {copy:.1f} GB/s (read + write).",
+             "",
+             "| op | kernels | Ember out= ms | Ember ms | eager ms | torch.compile ms |"
+             " ONNX Runtime ms | Ember out= GB/s | of copy | speed-up vs ORT |"
+             " vs torch.compile |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        gbps = r["bytes"] / r["ember_out"] / 1e6
+        lines.append(f"| {r['name']} | {r['kernels']} | {ms(r['ember_out'])} | {ms(r['ember'])}"
+                     f" | {ms(r['eager'])} | {ms(r['inductor'])} | {ms(r['ort'])} |"
+                     f" {gbps:.1f} | {gbps / copy:.0%} | {ratio(r['ember'], r['ort'])} |"
+                     f" {ratio(r['ember'], r['inductor'])} |")
+    lines += ["", "Speed-ups compare Ember called the ordinary way (a fresh output array per"
+              " call) with the peer; above 1x, Ember is faster."]
+    table = "\n".join(lines) + "\n"
+    print(table)
+    if not args.no_record:
+        with (ROOT / "docs" / "benchmarks.md").open("a") as f:
+            f.write("\n" + table)
+
+
+if __name__ == "__main__":
+    main()
