@@ -1,5 +1,6 @@
 """The one configuration object: part of every cache key (later phases add target, opt
-level, threads, tuning). Environment variables may set it: EMBER_BACKEND=interp."""
+level, threads, tuning). Environment variables may set it: EMBER_BACKEND=interp runs the
+reference interpreter instead of compiled code."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ EXECUTORS = ("interp", "cpu")
 @dataclass(frozen=True)
 class Config:
     # What runs the graph: "cpu" (compiled through LLVM) or "interp" (the reference).
-    executor: str = field(default_factory=lambda: os.environ.get("EMBER_BACKEND") or "interp")
+    executor: str = field(default_factory=lambda: os.environ.get("EMBER_BACKEND") or "cpu")
     # How many input signatures one compiled callable keeps before evicting the oldest.
     max_specializations: int = 8
     # Fuse ops into shared kernels (the `fuse` pass); off only to compare or bisect.

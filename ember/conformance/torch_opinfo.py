@@ -57,6 +57,12 @@ from ember.errors import EmberError, UnsupportedOpError
 
 ROOT = Path(__file__).resolve().parents[2]
 RATCHET = ROOT / "tests" / "conformance" / "torch" / "opinfo_ratchet.txt"
+# The compiled path's ratchet: OpInfos that pass with executor "cpu" (LLVM code).
+RATCHET_CPU = RATCHET.with_name("opinfo_ratchet_cpu.txt")
+
+
+def ratchet_path(executor: str) -> Path:
+    return RATCHET_CPU if executor == "cpu" else RATCHET
 DOC = ROOT / "docs" / "conformance-torch.md"
 # The options handed to the ember backend: strict (no silent eager fallback) and the executor.
 BACKEND_OPTIONS = {"strict": True, "executor": "interp"}
@@ -329,9 +335,11 @@ def read_ratchet(path: Path = RATCHET) -> list[str]:
 
 def write_ratchet(names: Iterable[str], path: Path = RATCHET) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    executor = "cpu" if path == RATCHET_CPU else "interp"
+    flag = " --executor cpu" if executor == "cpu" else ""
     path.write_text("# OpInfos whose float32 CPU samples all pass through torch.compile(backend="
-                    "'ember');\n# CI fails when one stops passing. Grow it with:\n"
-                    "#   python -m ember.conformance.torch_opinfo --update-ratchet\n"
+                    f"'ember'), executor {executor};\n# CI fails when one stops passing. Grow it"
+                    f" with:\n#   python -m ember.conformance.torch_opinfo{flag} --update-ratchet\n"
                     + "\n".join(sorted(set(names))) + "\n")
 
 
@@ -399,14 +407,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-samples", type=int, default=None,
                         help="run at most this many samples per OpInfo (default: all)")
     parser.add_argument("--executor", default="interp", choices=("interp", "cpu"),
-                        help="run Ember's graphs interpreted or compiled (the report and the"
-                             " ratchet record the interpreter's results)")
+                        help="run Ember's graphs interpreted or compiled (the report records"
+                             " the interpreter's results; each executor has its ratchet)")
     parser.add_argument("--write-docs", action="store_true")
     parser.add_argument("--update-ratchet", action="store_true")
     args = parser.parse_args(argv)
     BACKEND_OPTIONS["executor"] = args.executor
-    if args.executor != "interp" and (args.write_docs or args.update_ratchet):
-        parser.error("--write-docs and --update-ratchet record interpreter runs only")
+    if args.executor != "interp" and args.write_docs:
+        parser.error("--write-docs records interpreter runs only")
+    ratchet = ratchet_path(args.executor)
 
     ops = float32_ops()
     pattern = re.compile(args.filter) if args.filter else None
@@ -429,16 +438,18 @@ def main(argv: list[str] | None = None) -> int:
         if not full:
             print("ratchet: not updated (needs the full run: no -k, no --max-samples)")
         else:
-            names_ = set(read_ratchet()) | {r.name for r in results if r.status == "pass"}
-            write_ratchet(names_)
-            print(f"ratchet: {len(names_)} OpInfos in {RATCHET.relative_to(ROOT)}")
+            names_ = set(read_ratchet(ratchet)) | {r.name for r in results
+                                                   if r.status == "pass"}
+            write_ratchet(names_, ratchet)
+            print(f"ratchet: {len(names_)} OpInfos in {ratchet.relative_to(ROOT)}")
     if args.write_docs:
         if not full:
             print("docs: not written (needs the full run: no -k, no --max-samples)")
         else:
             DOC.write_text(report(results, seconds))
             print(f"wrote {DOC.relative_to(ROOT)}")
-    lost = [n for n in read_ratchet() if n in {r.name for r in results if r.status != "pass"}]
+    lost = [n for n in read_ratchet(ratchet)
+            if n in {r.name for r in results if r.status != "pass"}]
     if lost:
         print(f"ratchet: {len(lost)} listed OpInfo(s) no longer pass: {', '.join(lost)}")
         return 1

@@ -35,3 +35,10 @@ def test_memory_cache_skips_every_stage() -> None:
     first = pipeline.compile_graph(graph, config)
     second = pipeline.compile_graph(graph, config)
     assert pipeline.stats.builds == builds + 1 and first is second
+
+
+def test_compiled_code_is_the_default(monkeypatch) -> None:
+    monkeypatch.delenv("EMBER_BACKEND", raising=False)
+    assert Config().executor == "cpu"
+    monkeypatch.setenv("EMBER_BACKEND", "interp")
+    assert Config().executor == "interp"

@@ -4,8 +4,8 @@
 A prepared model is imported lazily, at its first run, when the input values are known:
 inputs that decide shapes (a Reshape target fed as an input, say) are specialized on
 their values, and the compiled graph is cached per input signature and those values.
-The executor is compiled code (`EMBER_BACKEND=cpu`) or the reference interpreter
-(`EMBER_BACKEND=interp`), or the `executor=` keyword of `prepare`.
+The executor is compiled code (the default) or the reference interpreter
+(`EMBER_BACKEND=interp`, or the `executor=` keyword of `prepare`).
 """
 
 from __future__ import annotations

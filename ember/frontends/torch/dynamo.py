@@ -5,7 +5,8 @@ inputs), and Ember imports and runs it. A graph with ops Ember does not support 
 runs: the supported parts are compiled, the rest falls back to eager, with one warning
 naming the ops; `counters` shows how many graphs and ops fell back. With
 `options={"strict": True}` an unsupported op raises UnsupportedOpError instead;
-`options={"executor": "cpu"}` runs compiled code (default: `Config()`, so EMBER_BACKEND).
+`options={"executor": "interp"}` runs the reference interpreter instead of compiled code
+(default: `Config()`: compiled, unless EMBER_BACKEND says otherwise).
 """
 
 from __future__ import annotations
