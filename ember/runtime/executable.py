@@ -27,6 +27,7 @@ from ember.dtypes import DType
 from ember.errors import EmberError, ShapeError
 from ember.loops.ir import Buffer, Program
 from ember.runtime.memory_plan import ALIGNMENT, MemoryPlan, plan_memory
+from ember.runtime.pool import OUTPUTS
 
 # void entry(void **inputs, void **outputs, void **constants, char *arena)
 ENTRY_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
@@ -198,7 +199,7 @@ class Executable:
         caller's `out` buffers, which must match exactly (they cannot be copied into)."""
         iface = self.interface
         if out is None:
-            arrays = [np.empty(b.shape, b.dtype.np) for b in iface.outputs]
+            arrays = [OUTPUTS.array(b.shape, b.dtype.np) for b in iface.outputs]
             return arrays, arrays
         if not isinstance(out, (list, tuple)):
             out = [out]
