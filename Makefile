@@ -22,10 +22,12 @@ test-full: $(STAMP)
 	EMBER_SLOW_TESTS=1 $(BIN)/python -m pytest -q -n 2 -m ''
 
 bench: $(STAMP)
+	$(BIN)/python bench/bench_ops.py
+	$(BIN)/python bench/kernel_counts.py
 	$(BIN)/python bench/bench_models.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check ember tests
+	$(BIN)/ruff check ember tests bench
 
 clean:
 	rm -rf $(VENV) build *.egg-info
