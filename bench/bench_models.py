@@ -118,13 +118,22 @@ def bench(name: str, repeat: int, threads: int) -> dict:
         compile_s = time.perf_counter() - start
         assert pipeline.stats.builds > builds
         ember_ms = median_ms(lambda: compiled(*inputs), repeat)
+        try:
+            start = time.perf_counter()
+            inductor = torch.compile(model)
+            inductor(*inputs)
+            inductor_compile = time.perf_counter() - start
+            inductor_ms = median_ms(lambda: inductor(*inputs), repeat)
+        except Exception as e:  # noqa: BLE001  (a peer failing is reported, not fatal)
+            print(f"  torch.compile: {type(e).__name__}: {e}", file=sys.stderr)
+            inductor_ms = inductor_compile = None
     try:
         ort = onnxruntime_ms(model, inputs, repeat, threads)
     except Exception as e:  # noqa: BLE001  (a peer failing to export is reported, not fatal)
         print(f"  onnxruntime: {type(e).__name__}: {e}", file=sys.stderr)
         ort = None
     return {"model": name, "eager": eager, "ember": ember_ms, "ort": ort,
-            "compile": compile_s}
+            "compile": compile_s, "inductor": inductor_ms, "inductor_compile": inductor_compile}
 
 
 def machine() -> str:
@@ -155,12 +164,17 @@ def main() -> None:
         rows.append(bench(name, args.repeat, args.threads))
     lines = [f"### {datetime.date.today()}: models, batch 1, f32, {args.threads} threads"
              f" (median of {args.repeat})", "", f"Machine: {machine()}.", "",
-             "| model | PyTorch eager ms | ONNX Runtime ms | Ember ms | Ember / eager |"
-             " Ember compile s |", "|---|---:|---:|---:|---:|---:|"]
+             "| model | PyTorch eager ms | torch.compile ms | ONNX Runtime ms | Ember ms |"
+             " Ember / eager | Ember compile s | torch.compile compile s |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def num(v, digits=2):
+        return f"{v:.{digits}f}" if v is not None else "n/a"
+
     for r in rows:
-        ort = f"{r['ort']:.2f}" if r["ort"] is not None else "n/a"
-        lines.append(f"| {r['model']} | {r['eager']:.2f} | {ort} | {r['ember']:.2f} |"
-                     f" {r['ember'] / r['eager']:.1f}x | {r['compile']:.1f} |")
+        lines.append(f"| {r['model']} | {r['eager']:.2f} | {num(r['inductor'])} |"
+                     f" {num(r['ort'])} | {r['ember']:.2f} | {r['ember'] / r['eager']:.1f}x |"
+                     f" {r['compile']:.1f} | {num(r['inductor_compile'], 1)} |")
     table = "\n".join(lines) + "\n"
     print(table)
     if not args.no_record:

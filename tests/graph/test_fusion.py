@@ -284,3 +284,14 @@ def test_fusion_preserves_values_of_random_graphs(case) -> None:
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
         else:
             np.testing.assert_array_equal(g, w)
+
+
+def test_zero_pad_absorbed_into_conv_keeps_values() -> None:
+    rng = np.random.default_rng(0)
+    b = Builder("padded")
+    x = b.input("x", "f32", (1, 3, 6, 7))
+    w = b.constant(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), name="w")
+    padded = b.pad(x, pads=(0, 0, 1, 0, 0, 0, 2, 1))
+    b.output(b.relu(b.conv(padded, w, pads=(1, 1, 0, 0))))
+    fused = check_values(b.build(), [rand(1, 3, 6, 7)], rtol=1e-4, atol=1e-5)
+    assert not [op for op in fused.walk() if op.name == "pad"]
