@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-full bench lint clean
+.PHONY: demo test test-full bench lint clean cross-tools
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -15,10 +15,21 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m ember demo
 
-test: $(STAMP)
+test: $(STAMP) cross-tools
 	$(BIN)/python -m pytest -q -n 2
 
-test-full: $(STAMP)
+# The AArch64 cross tests need a cross compiler and qemu-user: installed when missing (as
+# root, through apt-get), else those tests are skipped with the reason.
+cross-tools:
+	@if ! command -v aarch64-linux-gnu-gcc >/dev/null || ! command -v qemu-aarch64 >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get install -y -q --no-install-recommends gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user >/dev/null \
+	    || (apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user >/dev/null) \
+	    || echo "note: could not install the AArch64 tools; their tests will be skipped"; \
+	  else echo "note: no gcc-aarch64-linux-gnu / qemu-user; the AArch64 tests will be skipped"; fi; \
+	fi
+
+test-full: $(STAMP) cross-tools
 	EMBER_SLOW_TESTS=1 $(BIN)/python -m pytest -q -n 2 -m ''
 
 bench: $(STAMP)

@@ -22,6 +22,7 @@ from ember.errors import (
     VerificationError,
 )
 from ember.explain import explain
+from ember.export import export, load
 from ember.graph import (
     Builder,
     Graph,
@@ -50,7 +51,9 @@ __all__ = [
     "VerificationError",
     "compile",
     "explain",
+    "export",
     "interpret",
+    "load",
     "parse_graph",
     "print_graph",
     "verify_graph",

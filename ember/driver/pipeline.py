@@ -31,17 +31,16 @@ def signature(graph: Graph) -> tuple:
     return tuple((v.dtype.value, v.shape) for v in graph.inputs)
 
 
-def build(graph: Graph, config: Config) -> Artifact:
-    """Every stage, from a graph to object code (the cold path)."""
-    from ember.codegen.cpu import assembly_text, llvm_ir_text
-    from ember.codegen.llvm import program_module
+def lower_to_program(graph: Graph, config: Config, timings: dict | None = None):
+    """The graph and loop-IR stages: passes (fusion included), lowering, the default
+    schedule, verification and the memory plan. Returns (program, plan); JIT and AOT share
+    it and differ only in what happens to the object code."""
     from ember.loops.lower import lower_graph
     from ember.loops.schedule import schedule_program
-    from ember.loops.text import print_program
     from ember.loops.verify import verify_program
     from ember.runtime.memory_plan import plan_memory
 
-    timings = {}
+    timings = {} if timings is None else timings
     start = time.perf_counter()
     passes = DEFAULT_PIPELINE + (["fuse", "dce"] if config.fusion else [])
     optimized = PassManager(passes).run(clone_graph(graph))
@@ -50,6 +49,17 @@ def build(graph: Graph, config: Config) -> Artifact:
     program = verify_program(schedule_program(lower_graph(optimized)))
     plan = plan_memory(program)
     timings["lowering"] = time.perf_counter() - start
+    return program, plan
+
+
+def build(graph: Graph, config: Config) -> Artifact:
+    """Every stage, from a graph to object code (the cold path)."""
+    from ember.codegen.cpu import assembly_text, llvm_ir_text
+    from ember.codegen.llvm import program_module
+    from ember.loops.text import print_program
+
+    timings: dict[str, float] = {}
+    program, plan = lower_to_program(graph, config, timings)
     start = time.perf_counter()
     artifact = build_artifact(program, plan)
     timings["llvm"] = time.perf_counter() - start

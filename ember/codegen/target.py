@@ -1,0 +1,86 @@
+"""Targets for ahead-of-time code: the host, or AArch64 Linux by cross-compilation.
+
+    target = get_target("aarch64-linux-gnu")
+    obj = target.emit_object(program_module(program, plan.offsets))   # PIC object code
+
+A target names an LLVM triple, a CPU and its features, and the C compiler that links its
+shared libraries. Object code for a library is position independent; the JIT keeps its own
+target machine (ember.codegen.cpu).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from ember.codegen import CodegenError
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str  # what users write: "host", "aarch64-linux-gnu"
+    triple: str
+    cpu: str
+    features: str
+    cc: str  # the C compiler (and linker driver) for this target
+    vector_bits: int  # the width of its SIMD registers, for schedules
+
+    def machine(self, opt: int = 3) -> llvm.TargetMachine:
+        from ember.codegen.cpu import _initialize
+
+        _initialize()
+        if self.name != "host":
+            llvm.initialize_all_targets()
+            llvm.initialize_all_asmprinters()
+        try:
+            target = llvm.Target.from_triple(self.triple)
+        except RuntimeError as error:
+            raise CodegenError(f"LLVM cannot generate code for {self.triple}: {error}") from None
+        return target.create_target_machine(cpu=self.cpu, features=self.features, opt=opt,
+                                            reloc="pic", codemodel="default")
+
+    def emit_object(self, module: ir.Module | str, opt: int = 3) -> bytes:
+        """Optimized, position-independent object code of `module` for this target."""
+        from ember.codegen.cpu import optimize, parse
+
+        tm = self.machine(opt)
+        ref = parse(module, tm)
+        optimize(ref, tm, opt)
+        return tm.emit_object(ref)
+
+    def compiler(self) -> str:
+        """The path of this target's C compiler; a clear error when it is not installed."""
+        path = shutil.which(self.cc)
+        if path is None:
+            hint = (" (Debian: apt-get install gcc-aarch64-linux-gnu)"
+                    if "aarch64" in self.cc else "")
+            raise CodegenError(f"linking for {self.name} needs the C compiler '{self.cc}',"
+                               f" which is not installed{hint}")
+        return path
+
+
+def host_target() -> Target:
+    from ember.codegen.cpu import _initialize
+
+    _initialize()
+    features = llvm.get_host_cpu_features().flatten()
+    vector_bits = 512 if "+avx512f" in features else 256 if "+avx" in features else 128
+    return Target("host", llvm.get_process_triple(), llvm.get_host_cpu_name(), features, "cc",
+                  vector_bits)
+
+
+# AArch64 with NEON (every ARMv8-A core has it): the seed's Cortex-A class CPUs.
+AARCH64 = Target("aarch64-linux-gnu", "aarch64-unknown-linux-gnu", "generic", "+neon",
+                 "aarch64-linux-gnu-gcc", 128)
+TARGETS = ("host", AARCH64.name)
+
+
+def get_target(name: str) -> Target:
+    if name in ("host", "native", ""):
+        return host_target()
+    if name in (AARCH64.name, "aarch64", "arm64"):
+        return AARCH64
+    raise CodegenError(f"unknown target '{name}' (known: {', '.join(TARGETS)})")

@@ -1,0 +1,73 @@
+"""`ember.export` and `ember.load`: ahead-of-time libraries that run with no Python.
+
+    ember.export(model, (x,), "out/")     # libmodel.so, model.h, model.json, main.c
+    ember.export("model.onnx", [x], "out/", target="aarch64-linux-gnu")
+    run = ember.load("out/"); y = run(x)   # back in Python, for testing
+
+The model goes through the same stages as `ember.compile` (frontend, graph passes and
+fusion, lowering, schedule, memory plan, LLVM); only the last step differs: the object
+code is written for the target and linked into a shared library with its C runtime and
+embedded weights (ember/runtime/aot.py documents the files and the C API).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ember.config import Config
+from ember.errors import EmberError
+from ember.graph.ir import Graph
+
+
+def _graph_of(model: Any, example_inputs: Any) -> tuple[Graph, list[str] | None]:
+    """The graph of `model` specialized to the example inputs, and its input names."""
+    from ember.driver.compile import _is_onnx, _is_torch_module
+
+    if isinstance(model, Graph):
+        return model, [v.name or f"input{i}" for i, v in enumerate(model.inputs)]
+    inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    if _is_torch_module(model):
+        from ember.frontends.torch.export import export as torch_export
+
+        graph = torch_export(model.eval(), tuple(inputs))
+        return graph, [v.name or f"input{i}" for i, v in enumerate(graph.inputs)]
+    if _is_onnx(model):
+        from ember.frontends.onnx.importer import Importer, load_model
+
+        proto = load_model(model)
+        initializers = {t.name for t in proto.graph.initializer}
+        names = [i.name for i in proto.graph.input if i.name not in initializers]
+        if len(names) != len(inputs):
+            raise EmberError(f"the ONNX model takes {len(names)} inputs ({', '.join(names)}),"
+                             f" got {len(inputs)} example inputs")
+        arrays = {n: np.asarray(x) for n, x in zip(names, inputs)}
+        shapes = {n: a.shape for n, a in arrays.items()}
+        return Importer(proto, shapes, arrays).run(), names
+    raise EmberError(f"cannot export a {type(model).__name__}: expected a torch.nn.Module, an"
+                     " ONNX model or path, or an ember Graph")
+
+
+def export(model: Any, example_inputs: Any, out_dir: str | Path, *, target: str = "host",
+           name: str = "model", config: Config | None = None) -> Path:
+    """Compile `model` for `target` ("host" or "aarch64-linux-gnu") into a shared library,
+    a C header, metadata and an example program in `out_dir`; returns `out_dir`."""
+    from ember.codegen.target import get_target
+    from ember.driver.pipeline import lower_to_program
+    from ember.runtime.aot import write_library
+
+    config = config or Config(executor="cpu")
+    chosen = get_target(target)
+    graph, input_names = _graph_of(model, example_inputs)
+    program, plan = lower_to_program(graph, config)
+    output_names = [v.name or f"output{i}" for i, v in enumerate(graph.outputs)]
+    return write_library(program, plan, out_dir, chosen, name, input_names, output_names)
+
+
+def load(out_dir: str | Path):
+    """A library written by `export`, as a callable of NumPy arrays (host target only)."""
+    from ember.runtime.aot import Library
+
+    return Library(out_dir)
