@@ -1,7 +1,12 @@
-"""The `ember` command: `python -m ember opt|lower|demo|ops|passes ...`.
+"""The `ember` command (also `python -m ember`).
 
-`opt` is the IR workbench: it parses a graph IR file, runs the named passes and prints
-the result, so that every pass can be tested from text (see tests/ir/).
+Model commands (ember/commands.py): `compile`, `run`, `bench`, `explain`, `export`, `ir`,
+each on an ONNX model or a graph IR file. IR workbench: `opt` parses a graph IR file, runs
+the named passes and prints the result, so that every pass can be tested from text (see
+tests/ir/); `lower` prints the loop IR. `ops`, `passes` and `demo` say what exists.
+
+Every error is one line on stderr and exit status 1 (2 for bad arguments); `--verbose`
+adds the details (a reproducer's path when a pass failed, the multi-line diagnostics).
 """
 
 from __future__ import annotations
@@ -88,8 +93,13 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from ember.commands import add_model_commands
+
     parser = argparse.ArgumentParser(prog="ember", description="Ember, an ML compiler")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="on an error, print every line of it (reproducer paths too)")
     sub = parser.add_subparsers(dest="command", required=True)
+    add_model_commands(sub)
 
     opt = sub.add_parser("opt", help="parse graph IR, run passes, print the result")
     opt.add_argument("file", help="a graph IR file, or - for standard input")
@@ -122,5 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(args)
     except EmberError as e:
-        print(f"error: {e}", file=sys.stderr)
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        if args.verbose:
+            print("error: " + "\n".join(lines or [type(e).__name__]), file=sys.stderr)
+        else:  # one line: the details joined, long ones cut
+            text = " ".join(line for line in lines if not line.startswith("reproducer:"))
+            cut = text if len(text) <= 300 else text[:297] + "..."
+            print(f"error: {cut or type(e).__name__}", file=sys.stderr)
         return 1
