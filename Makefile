@@ -18,15 +18,18 @@ demo: $(STAMP)
 test: $(STAMP) cross-tools
 	$(BIN)/python -m pytest -q -n 2
 
-# The AArch64 cross tests need a cross compiler and qemu-user: installed when missing (as
-# root, through apt-get), else those tests are skipped with the reason.
+# The AArch64 cross tests need a cross compiler and qemu-user, `ember explain --svg` needs
+# graphviz: installed when missing (as root, through apt-get), else those tests are skipped
+# with the reason.
+DEBIAN_TOOLS := gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user graphviz
 cross-tools:
-	@if ! command -v aarch64-linux-gnu-gcc >/dev/null || ! command -v qemu-aarch64 >/dev/null; then \
+	@if ! command -v aarch64-linux-gnu-gcc >/dev/null || ! command -v qemu-aarch64 >/dev/null \
+	    || ! command -v dot >/dev/null; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    apt-get install -y -q --no-install-recommends gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user >/dev/null \
-	    || (apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user >/dev/null) \
-	    || echo "note: could not install the AArch64 tools; their tests will be skipped"; \
-	  else echo "note: no gcc-aarch64-linux-gnu / qemu-user; the AArch64 tests will be skipped"; fi; \
+	    apt-get install -y -q --no-install-recommends $(DEBIAN_TOOLS) >/dev/null \
+	    || (apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends $(DEBIAN_TOOLS) >/dev/null) \
+	    || echo "note: could not install $(DEBIAN_TOOLS); tests that need them are skipped"; \
+	  else echo "note: $(DEBIAN_TOOLS) missing; tests that need them are skipped"; fi; \
 	fi
 
 test-full: $(STAMP) cross-tools

@@ -184,7 +184,14 @@ def explain_command(args: argparse.Namespace) -> int:
     graph, given = load_graph(args)
     compiled = _compiled(graph)
     compiled(*make_inputs(graph, given))
-    print(explain(compiled.run))
+    print(explain(compiled.run, measure=not args.no_time))
+    if args.svg:
+        from ember.driver.pass_manager import run_passes
+        from ember.graph.dot import render_svg
+        from ember.graph.passes import DEFAULT_PIPELINE
+
+        fused = run_passes(graph, [*DEFAULT_PIPELINE, "fuse", "dce"])
+        print(f"drew {render_svg(fused, args.svg)}: one colour per kernel")
     return 0
 
 
@@ -262,8 +269,11 @@ def add_model_commands(sub: Any) -> None:
     bench = model_parser("bench", "latency and throughput, against ONNX Runtime when installed")
     bench.add_argument("--repeat", type=int, default=20)
     bench.set_defaults(run=bench_command)
-    model_parser("explain", "list the kernels of the compiled model").set_defaults(
-        run=explain_command)
+    explain = model_parser("explain", "each kernel: its graph ops, time, GFLOP/s, GB/s and"
+                                      " roofline fraction")
+    explain.add_argument("--svg", metavar="FILE", help="draw the graph, one colour per kernel")
+    explain.add_argument("--no-time", action="store_true", help="skip timing the kernels")
+    explain.set_defaults(run=explain_command)
     export = model_parser("export", "write a shared library, C header and example", False)
     export.add_argument("-o", "--output", required=True, help="the output folder")
     export.add_argument("--target", default="host", help="host or aarch64-linux-gnu")

@@ -1,17 +1,24 @@
 """`ember.explain(compiled)`: what the compiler made of a model, kernel by kernel.
 
     report = ember.explain(fast)      # fast = ember.compile(model) after one call
-    print(report)                     # a table: kernel, graph ops, bytes moved
-    report.kernels[0].ops             # ['conv', 'add', 'relu']
+    print(report)                     # kernels sorted by time, with totals
+    report.kernels[0].ops             # ['conv', 'add', 'max']
 
-Each kernel row names the graph ops it computes (several when they were fused) and the
-bytes its parameters span: what one call reads and writes at least.
+Each kernel row names the graph ops it computes (several when they were fused), the bytes
+its parameters span (what one call reads and writes at least) and its float operations
+(ember/loops/cost.py). With `measure=True` (the default) each kernel is also timed on its
+own, on scratch buffers of its parameters' shapes, and set against the roofline of this
+machine (ember/runtime/machine.py): the time the kernel would take at the FMA peak or at
+the copy bandwidth, whichever binds, over the time it took. 100% is the roof.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from typing import Any
+
+import numpy as np
 
 from ember.errors import EmberError
 
@@ -22,35 +29,79 @@ class KernelInfo:
     ops: list[str]  # graph op names, in program order
     origin: str  # the fused op (or op) and where it came from
     bytes: int
+    flops: int = 0
+    seconds: float | None = None  # one call, measured (None when not measured)
+    bound_seconds: float | None = None  # the roofline's time for this kernel
+
+    @property
+    def gflops(self) -> float | None:
+        return self.flops / self.seconds / 1e9 if self.seconds else None
+
+    @property
+    def gbs(self) -> float | None:
+        return self.bytes / self.seconds / 1e9 if self.seconds else None
+
+    @property
+    def roofline(self) -> float | None:
+        """The fraction of the roofline bound this kernel reaches (1.0: at the roof)."""
+        if not self.seconds or self.bound_seconds is None:
+            return None
+        return self.bound_seconds / self.seconds
 
 
 @dataclass(frozen=True)
 class Report:
     kernels: list[KernelInfo]
     timings: dict[str, float]  # seconds per compile stage, when this process built it
+    machine: Any = None  # MachineLimits, when measured
+    total_seconds: float | None = None  # one whole inference, measured
 
     @property
     def total_bytes(self) -> int:
         return sum(k.bytes for k in self.kernels)
 
+    @property
+    def total_flops(self) -> int:
+        return sum(k.flops for k in self.kernels)
+
     def __str__(self) -> str:
-        rows = [(k.name, " + ".join(k.ops), _size(k.bytes)) for k in self.kernels]
-        head = ("kernel", "graph ops", "bytes")
-        widths = [max(len(r[i]) for r in [head, *rows]) for i in range(3)]
+        measured = all(k.seconds is not None for k in self.kernels) and self.kernels
+        head = ["kernel", "graph ops", "bytes", "GFLOP"]
+        if measured:
+            head += ["ms", "%", "GFLOP/s", "GB/s", "roofline"]
+        total_time = sum(k.seconds or 0 for k in self.kernels)
+        rows = []
+        for k in self.kernels:
+            ops = " + ".join(k.ops)
+            row = [k.name, ops if len(ops) <= 60 else ops[:57] + "...", _size(k.bytes),
+                   f"{k.flops / 1e9:.3f}"]
+            if measured:
+                row += [f"{1e3 * k.seconds:.3f}", f"{100 * k.seconds / total_time:.1f}",
+                        f"{k.gflops:.1f}", f"{k.gbs:.1f}", f"{100 * k.roofline:.0f}%"]
+            rows.append(row)
+        widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
 
         def line(cells) -> str:
-            a, b, c = cells
-            return f"{a:<{widths[0]}}  {b:<{widths[1]}}  {c:>{widths[2]}}"
+            return "  ".join(c.ljust(w) if i < 2 else c.rjust(w)
+                             for i, (c, w) in enumerate(zip(cells, widths)))
 
         out = [line(head), line(["-" * w for w in widths])] + [line(r) for r in rows]
         fused = sum(1 for k in self.kernels if len(k.ops) > 1)
         ops = sum(len(k.ops) for k in self.kernels)
         out.append(f"{len(self.kernels)} kernels ({fused} fused) for {ops} graph ops;"
-                   f" {_size(self.total_bytes)} moved at least")
+                   f" {_size(self.total_bytes)} moved at least,"
+                   f" {self.total_flops / 1e9:.3f} GFLOP")
+        if measured:
+            m = self.machine
+            whole = (f"; one inference {1e3 * self.total_seconds:.3f} ms"
+                     if self.total_seconds else "")
+            out.append(f"kernels {1e3 * total_time:.3f} ms in all{whole}; roofs: "
+                       f"{m.peak_gflops:.0f} GFLOP/s ({m.threads} threads),"
+                       f" {m.bandwidth_gbs:.1f} GB/s copy")
         return "\n".join(out)
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -58,16 +109,73 @@ def _size(n: int) -> str:
     return str(n)
 
 
-def explain(compiled: Any) -> Report:
+def explain(compiled: Any, measure: bool = True, budget_seconds: float = 0.2) -> Report:
     """The report of a compiled model: `ember.compile(...)`'s result (called at least once,
-    so that it has specialized), or an Executable."""
+    so that it has specialized), or an Executable. With `measure`, each kernel runs on its
+    own for about `budget_seconds` (at least once) and the report is sorted by time."""
     executable = _latest_executable(compiled)
     table = executable.notes.get("kernel_table")
     if table is None:
         raise EmberError("this executable carries no kernel table (built by an older Ember?)")
-    kernels = [KernelInfo(k["name"], list(k["ops"]), k["origin"], int(k["bytes"]))
-               for k in table]
-    return Report(kernels, dict(executable.notes.get("timings", {})))
+    kernels = [KernelInfo(k["name"], list(k["ops"]), k["origin"], int(k["bytes"]),
+                          int(k.get("flops", 0))) for k in table]
+    report = Report(kernels, dict(executable.notes.get("timings", {})))
+    if not measure:
+        return report
+    from ember.runtime.machine import measure as machine_limits
+
+    limits = machine_limits()
+    timed = []
+    for info, entry in zip(kernels, table):
+        seconds = _time_kernel(executable, info.name, entry["params"], budget_seconds)
+        bound = max(info.flops / (limits.peak_gflops * 1e9), info.bytes / (limits.bandwidth_gbs
+                                                                           * 1e9))
+        timed.append(replace(info, seconds=seconds, bound_seconds=bound))
+    timed.sort(key=lambda k: -k.seconds)
+    return Report(timed, report.timings, limits, _time_whole(executable, budget_seconds))
+
+
+def _scratch(params: list) -> list[np.ndarray]:
+    """Buffers for a kernel's parameters: small random values (indices stay in range: the
+    generated code clamps data-dependent indices anyway)."""
+    from ember.dtypes import DType
+
+    rng = np.random.default_rng(0)
+    arrays = []
+    for dtype, shape in params:
+        t = DType(dtype)
+        if t.is_float:
+            arrays.append(rng.uniform(0.5, 1.5, shape).astype(t.np))
+        else:
+            arrays.append(np.zeros(shape, t.np))
+    return arrays
+
+
+def _repeat(fn, budget: float) -> float:
+    """The median seconds of `fn`, run for about `budget` seconds (at least 3 times)."""
+    fn()
+    times = []
+    deadline = time.perf_counter() + budget
+    while len(times) < 3 or (time.perf_counter() < deadline and len(times) < 1000):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def _time_kernel(executable: Any, name: str, params: list, budget: float) -> float:
+    import ctypes
+
+    fn = executable.engine.kernel(name, len(params))
+    arrays = _scratch(params)
+    pointers = [ctypes.c_void_p(a.ctypes.data) for a in arrays]
+    return _repeat(lambda: fn(*pointers), budget)
+
+
+def _time_whole(executable: Any, budget: float) -> float:
+    inputs = _scratch([[b.dtype.value, list(b.shape)] for b in executable.interface.inputs])
+    outputs = _scratch([[b.dtype.value, list(b.shape)] for b in executable.interface.outputs])
+    return _repeat(lambda: executable(*inputs, out=outputs), budget)
 
 
 def _latest_executable(obj: Any) -> Any:

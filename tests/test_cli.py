@@ -102,3 +102,34 @@ def test_errors_are_one_line(models, tmp_path) -> None:
 def test_verbose_prints_the_details(models) -> None:
     done = ember("-v", "compile", str(models / "bad.onnx"), "--shape", "x=2,16")
     assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 2
+
+
+def test_explain_resnet50_lists_every_kernel_with_time_and_roofline(tmp_path) -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    if __import__("shutil").which("dot") is None:
+        pytest.skip("graphviz's dot is not installed (`make cross-tools` installs it)")
+    torch.manual_seed(0)
+    model = transformers.ResNetModel(transformers.ResNetConfig()).eval()
+
+    class Features(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, x):
+            return self.model(x).last_hidden_state
+
+    path = tmp_path / "resnet50.onnx"
+    with torch.no_grad():
+        torch.onnx.export(Features(), (torch.randn(1, 3, 224, 224),), str(path), dynamo=False,
+                          opset_version=17, input_names=["pixels"])
+    done = ember("explain", str(path), "--svg", str(tmp_path / "resnet50.svg"))
+    out = ok(done)
+    rows = [line for line in out.splitlines() if line[:1] == "k" and line[1:2].isdigit()]
+    assert len(rows) >= 50  # every kernel: ~53 fused convolutions, pooling, ...
+    assert all(line.rstrip().endswith("%") for line in rows)  # each with its roofline
+    assert "kernels" in out and "roofs:" in out
+    fused = int(__import__("re").search(r"\((\d+) fused\)", out).group(1))
+    svg = (tmp_path / "resnet50.svg").read_text()
+    assert svg.startswith("<?xml") and svg.count("cluster_") == fused >= 45

@@ -79,14 +79,17 @@ def build(graph: Graph, config: Config) -> Artifact:
 
 
 def kernel_table(program) -> list[dict]:
-    """For each kernel: its name, the graph ops it computes and the bytes its parameters
-    span (what one call reads and writes at least), for explain."""
+    """For each kernel: its name, the graph ops it computes, its parameters, the bytes they
+    span (what one call reads and writes at least) and its float operations, for explain."""
+    from ember.loops.cost import flops, param_bytes
+
     table = []
     for kernel in program.kernels:
         ops = kernel.origin.split("[", 1)[1].rstrip("]").split(", ") if "[" in kernel.origin \
             else [kernel.origin.split(" ", 1)[0].removeprefix("graph.")]
         table.append({"name": kernel.name, "ops": ops, "origin": kernel.origin,
-                      "bytes": sum(p.nbytes for p in kernel.params)})
+                      "bytes": param_bytes(kernel), "flops": flops(kernel),
+                      "params": [[p.dtype.value, list(p.shape)] for p in kernel.params]})
     return table
 
 

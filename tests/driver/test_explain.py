@@ -20,7 +20,7 @@ def graph():
 def test_explain_lists_each_kernel_with_its_ops_and_bytes() -> None:
     compiled = ember.compile(graph(), config=ember.Config(executor="cpu", disk_cache=False))
     compiled(np.ones((16, 32), np.float32), np.ones((32, 8), np.float32))
-    report = ember.explain(compiled)
+    report = ember.explain(compiled, measure=False)
     assert [k.ops for k in report.kernels] == [
         ["matmul", "add", "max"],
         ["reduce_max", "sub", "exp", "reduce_sum", "div"]]
@@ -34,10 +34,10 @@ def test_explain_lists_each_kernel_with_its_ops_and_bytes() -> None:
 def test_explain_works_from_the_disk_cache(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
     config = ember.Config(executor="cpu")
-    first = ember.explain(ember.compile(graph(), config=config).run)
+    first = ember.explain(ember.compile(graph(), config=config).run, measure=False)
     monkeypatch.setattr(pipeline._MEMORY, "entries", type(pipeline._MEMORY.entries)())
     builds = pipeline.stats.builds
-    again = ember.explain(ember.compile(graph(), config=config).run)
+    again = ember.explain(ember.compile(graph(), config=config).run, measure=False)
     assert pipeline.stats.builds == builds  # loaded, not built
     assert again.kernels == first.kernels
 
@@ -46,3 +46,16 @@ def test_explain_needs_compiled_code() -> None:
     interpreted = ember.compile(graph(), config=ember.Config(executor="interp"))
     with pytest.raises(ember.EmberError, match="nothing compiled to explain"):
         ember.explain(interpreted)
+
+
+def test_explain_measures_each_kernel_against_the_roofline() -> None:
+    compiled = ember.compile(graph(), config=ember.Config(executor="cpu", disk_cache=False))
+    report = ember.explain(compiled, budget_seconds=0.01)
+    times = [k.seconds for k in report.kernels]
+    assert all(t > 0 for t in times) and times == sorted(times, reverse=True)
+    matmul = next(k for k in report.kernels if "matmul" in k.ops)
+    # 16x8 outputs, each 32 multiply-adds, plus the bias add and relu's max: 2 flops each.
+    assert matmul.flops == 16 * 8 * (2 * 32 + 2)
+    assert 0 < matmul.roofline <= 1.5 and report.total_seconds > 0
+    text = str(report)
+    assert "roofline" in text and "GFLOP/s" in text and "roofs:" in text

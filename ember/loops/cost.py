@@ -1,0 +1,48 @@
+"""Static costs of a loop-IR kernel, for explain's roofline: floating-point operations and
+the bytes its parameters span.
+
+`flops(kernel)` counts, for every store, the float arithmetic of its value (a fused
+multiply-add counts two; loads, index arithmetic and integer ops count nothing), times the
+trip counts of the loops around it (a loop whose bounds are not constants counts once, an
+`if` as its costlier branch). It is an estimate of the work, not of the instructions run.
+"""
+
+from __future__ import annotations
+
+from ember.loops.ir import Binary, Const, For, If, Kernel, Stmt, Store, Unary, walk_expr
+
+# Ops that are not arithmetic: comparisons, selections, bit logic.
+_FREE = {"eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor", "not", "isnan", "isinf",
+         "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shl", "shr", "abs", "neg"}
+
+
+def _trips(s: For) -> int:
+    if isinstance(s.start, Const) and isinstance(s.stop, Const):
+        span = (s.stop.value - s.start.value) if s.step > 0 else (s.start.value - s.stop.value)
+        return max(0, -(-span // abs(s.step)))
+    return 1
+
+
+def _expr_flops(value) -> int:
+    return sum(1 for e in walk_expr(value)
+               if isinstance(e, (Binary, Unary)) and e.op not in _FREE and e.dtype.is_float)
+
+
+def _stmts_flops(stmts: list[Stmt]) -> int:
+    total = 0
+    for s in stmts:
+        if isinstance(s, For):
+            total += _trips(s) * _stmts_flops(s.body)
+        elif isinstance(s, If):
+            total += max(_stmts_flops(s.then), _stmts_flops(s.orelse))
+        elif isinstance(s, Store):
+            total += _expr_flops(s.value)
+    return total
+
+
+def flops(kernel: Kernel) -> int:
+    return _stmts_flops(kernel.body)
+
+
+def param_bytes(kernel: Kernel) -> int:
+    return sum(p.nbytes for p in kernel.params)

@@ -1,0 +1,151 @@
+"""This machine's limits, measured: the FMA peak and the copy bandwidth, the two roofs of
+explain's roofline.
+
+- **Peak**: a generated loop of independent vector FMAs (12 accumulators of the widest
+  vector the host has, enough to hide the FMA latency), timed on one thread; the parallel
+  peak is that times the thread count (EMBER_NUM_THREADS or the cores).
+- **Bandwidth**: a compiled copy of 64 MiB into a preallocated buffer (read + write), on
+  the thread team that compiled code uses.
+
+The figures are cached per process and on disk (machine.json in the cache folder), keyed
+by the CPU, its features and the thread count; `measure(force=True)` measures again.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import json
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class MachineLimits:
+    cpu: str
+    threads: int
+    peak_gflops_one_thread: float
+    bandwidth_gbs: float  # read + write bytes per second, copying
+
+    @property
+    def peak_gflops(self) -> float:
+        return self.peak_gflops_one_thread * self.threads
+
+
+def _fma_peak() -> float:
+    """GFLOP/s of one thread running independent vector FMAs."""
+    import llvmlite.binding as llvm
+    from llvmlite import ir
+
+    from ember.codegen.cpu import compile_module, host_features
+
+    lanes = 16 if "avx512f" in host_features() else 8 if "avx" in host_features() else 4
+    f32 = ir.FloatType()
+    vec = ir.VectorType(f32, lanes)
+    module = ir.Module("peak")
+    fn = ir.Function(module, ir.FunctionType(f32, [ir.IntType(64)]), "ember_fma_peak")
+    fma = ir.Function(module, ir.FunctionType(vec, [vec, vec, vec]), f"llvm.fma.v{lanes}f32")
+    entry, loop, done = (fn.append_basic_block(n) for n in ("entry", "loop", "done"))
+    b = ir.IRBuilder(entry)
+    a = ir.Constant(vec, [ir.Constant(f32, 0.999)] * lanes)
+    c = ir.Constant(vec, [ir.Constant(f32, 0.001)] * lanes)
+    b.branch(loop)
+    b.position_at_end(loop)
+    count = b.phi(ir.IntType(64))
+    count.add_incoming(ir.Constant(ir.IntType(64), 0), entry)
+    accs = []
+    for k in range(12):
+        phi = b.phi(vec)
+        phi.add_incoming(ir.Constant(vec, [ir.Constant(f32, float(k))] * lanes), entry)
+        accs.append(phi)
+    new = [b.call(fma, [acc, a, c]) for acc in accs]
+    for phi, value in zip(accs, new):
+        phi.add_incoming(value, loop)
+    following = b.add(count, ir.Constant(ir.IntType(64), 1))
+    count.add_incoming(following, loop)
+    b.cbranch(b.icmp_signed("<", following, fn.args[0]), loop, done)
+    b.position_at_end(done)
+    total = new[0]
+    for v in new[1:]:
+        total = b.fadd(total, v)
+    b.ret(b.extract_element(total, ir.Constant(ir.IntType(32), 0)))
+    del llvm  # the JIT below initializes LLVM
+    jit = compile_module(module)
+    run = jit.function("ember_fma_peak", ctypes.c_float, ctypes.c_int64)
+    iterations = 2_000_000
+    run(10_000)
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        run(iterations)
+        best = min(best, time.perf_counter() - start)
+    return 2 * 12 * lanes * iterations / best / 1e9
+
+
+def _copy_bandwidth() -> float:
+    """GB/s (read + write) of a compiled, parallel copy of 64 MiB."""
+    from ember.graph.builder import Builder
+    from ember.loops.lower import lower_graph
+    from ember.loops.schedule import schedule_program
+    from ember.runtime.executable import compile_program
+
+    n = 1 << 24
+    b = Builder("copy")
+    x = b.input("x", "f32", (n,))
+    b.output(x)  # an input returned as an output: the program copies it
+    program = schedule_program(lower_graph(b.build()))
+    run = compile_program(program)
+    src, dst = np.ones(n, np.float32), np.empty(n, np.float32)
+    run(src, out=[dst])
+    best = float("inf")
+    for _ in range(7):
+        start = time.perf_counter()
+        run(src, out=[dst])
+        best = min(best, time.perf_counter() - start)
+    return 2 * src.nbytes / best / 1e9
+
+
+def _key() -> dict:
+    import llvmlite.binding as llvm
+
+    from ember.codegen.cpu import default_num_threads, host_features
+
+    return {"cpu": llvm.get_host_cpu_name(), "features": sorted(host_features()),
+            "threads": default_num_threads()}
+
+
+@functools.cache
+def _measured(key_text: str) -> MachineLimits:
+    from ember.runtime.cache import cache_dir
+
+    key = json.loads(key_text)
+    path = cache_dir() / "machine.json"
+    try:
+        saved = json.loads(path.read_text())
+        if saved.get("key") == key:
+            return MachineLimits(**saved["limits"])
+    except (OSError, ValueError, TypeError, KeyError):
+        pass
+    limits = MachineLimits(key["cpu"], key["threads"], round(_fma_peak(), 1),
+                           round(_copy_bandwidth(), 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".machine.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps({"key": key, "limits": asdict(limits)}, indent=1))
+    os.replace(tmp, path)  # atomic: readers see the old file or the new one
+    return limits
+
+
+def measure(force: bool = False) -> MachineLimits:
+    """This machine's limits (measured once, then read from the cache)."""
+    key_text = json.dumps(_key(), sort_keys=True)
+    if force:
+        _measured.cache_clear()
+        from ember.runtime.cache import cache_dir
+
+        (cache_dir() / "machine.json").unlink(missing_ok=True)
+    return _measured(key_text)
