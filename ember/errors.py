@@ -41,3 +41,8 @@ class ParseError(EmberError):
         self.source_name = source_name
         super().__init__(f"{source_name}:{line}:{column}: {message}")
 
+
+
+class CompileError(EmberError):
+    """A compile stage after the graph passes (lowering, LLVM) failed; the message names the
+    stage and where a reproducer was written."""

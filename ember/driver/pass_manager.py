@@ -77,9 +77,10 @@ class PassManager:
                 graph = graph_pass.run(graph)
                 if self.verify_each:
                     verify_graph(graph)
-            except EmberError as e:
+            except Exception as e:  # noqa: BLE001  (an internal error gets a reproducer too)
                 path = self._reproducer(graph_pass, before, e)
-                raise PassError(f"pass '{graph_pass.name}' failed: {e}\n"
+                what = str(e) if isinstance(e, EmberError) else f"internal error: {e!r}"
+                raise PassError(f"pass '{graph_pass.name}' failed: {what}\n"
                                 f"  reproducer: {path}") from e
             self.timings.append(PassTiming(graph_pass.name, time.perf_counter() - start))
             if self.print_after_all or graph_pass.name in self.print_after:
@@ -97,16 +98,11 @@ class PassManager:
 
     def _reproducer(self, graph_pass: GraphPass, before: tuple[str, dict], error: Exception
                     ) -> Path:
-        root = Path(os.environ.get("EMBER_REPRO_DIR") or tempfile.gettempdir())
-        folder = Path(tempfile.mkdtemp(prefix=f"ember-repro-{graph_pass.name}-", dir=root))
         body, constants = before
-        write_atomically(folder / "input.ir", body + format_constant_table(constants))
         names = ",".join(p.name for p in self.pipeline)
-        write_atomically(folder / "README.txt",
-                         f"pass '{graph_pass.name}' failed in pipeline {names}:\n{error}\n\n"
-                         f"replay: python -m ember opt {folder / 'input.ir'}"
-                         f" -p {graph_pass.name}\n")
-        return folder
+        return write_reproducer(f"pass '{graph_pass.name}' (pipeline {names})",
+                                body + format_constant_table(constants), error,
+                                f"python -m ember opt {{input}} -p {graph_pass.name}")
 
     def timing_report(self) -> str:
         total = sum(t.seconds for t in self.timings) or 1e-12
@@ -115,6 +111,21 @@ class PassManager:
             lines.append(f"{t.name:<16}{t.seconds * 1e3:>10.2f}{100 * t.seconds / total:>7.1f}")
         lines.append(f"{'total':<16}{total * 1e3:>10.2f}")
         return "\n".join(lines)
+
+
+def write_reproducer(stage: str, graph_text: str, error: Exception, replay: str) -> Path:
+    """A folder holding the IR a stage failed on, the stage and error, and the command that
+    replays it (`{input}` in `replay` names the IR file). EMBER_REPRO_DIR (default: a temp
+    folder) is where it goes."""
+    root = Path(os.environ.get("EMBER_REPRO_DIR") or tempfile.gettempdir())
+    root.mkdir(parents=True, exist_ok=True)
+    slug = "".join(c if c.isalnum() else "-" for c in stage.split(" (")[0]).strip("-")[:40]
+    folder = Path(tempfile.mkdtemp(prefix=f"ember-repro-{slug}-", dir=root))
+    write_atomically(folder / "input.ir", graph_text)
+    write_atomically(folder / "README.txt",
+                     f"{stage} failed:\n{type(error).__name__}: {error}\n\n"
+                     f"replay: {replay.format(input=folder / 'input.ir')}\n")
+    return folder
 
 
 def run_passes(graph: Graph, passes: Sequence[str], **options) -> Graph:

@@ -11,12 +11,14 @@ the loop IR, the LLVM IR and the assembly.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
 
 from ember.config import Config
-from ember.driver.pass_manager import PassManager, write_atomically
+from ember.driver.pass_manager import PassManager, write_atomically, write_reproducer
+from ember.errors import CompileError, EmberError, UnsupportedOpError
 from ember.graph.ir import Graph, clone_graph
 from ember.graph.passes import DEFAULT_PIPELINE
 from ember.runtime.cache import CacheStats, DiskCache, MemoryCache, cache_key, get_or_build
@@ -46,10 +48,27 @@ def lower_to_program(graph: Graph, config: Config, timings: dict | None = None):
     optimized = PassManager(passes).run(clone_graph(graph))
     timings["graph passes"] = time.perf_counter() - start
     start = time.perf_counter()
-    program = verify_program(schedule_program(lower_graph(optimized)))
-    plan = plan_memory(program)
+    with reproduced("lowering to loops", optimized, "python -m ember lower {input} -p ''"):
+        program = verify_program(schedule_program(lower_graph(optimized)))
+        plan = plan_memory(program)
     timings["lowering"] = time.perf_counter() - start
     return program, plan
+
+
+@contextlib.contextmanager
+def reproduced(stage: str, graph: Graph, replay: str):
+    """Run a stage after the graph passes; when it fails with anything but a user-facing
+    error about the input (an unsupported op), write a reproducer and name it."""
+    try:
+        yield
+    except UnsupportedOpError:
+        raise
+    except Exception as e:  # noqa: BLE001  (compiler bugs, LLVM errors: a reproducer each)
+        from ember.graph.text import print_graph
+
+        path = write_reproducer(stage, print_graph(graph), e, replay)
+        what = str(e) if isinstance(e, EmberError) else f"internal error: {e!r}"
+        raise CompileError(f"{stage} failed: {what}\n  reproducer: {path}") from e
 
 
 def build(graph: Graph, config: Config) -> Artifact:
@@ -61,7 +80,8 @@ def build(graph: Graph, config: Config) -> Artifact:
     timings: dict[str, float] = {}
     program, plan = lower_to_program(graph, config, timings)
     start = time.perf_counter()
-    artifact = build_artifact(program, plan)
+    with reproduced("LLVM code generation", graph, "python -m ember ir {input} --stage asm"):
+        artifact = build_artifact(program, plan)
     timings["llvm"] = time.perf_counter() - start
     artifact.extra["timings"] = timings
     artifact.extra["kernels"] = len(program.kernels)
