@@ -372,6 +372,10 @@ def report(results: list[OpResult], seconds: float) -> str:
         f" ({len(attempted)} attempted; {counts['nondeterministic']} random or uninitialized"
         f" ops are not run). {samples} samples ran in {seconds:.0f} s.",
         "",
+        "These figures are the reference interpreter's (`executor=\"interp\"`). Compiled"
+        f" through LLVM (`--executor cpu`), {len(read_ratchet(RATCHET_CPU))} OpInfos pass;"
+        " they are listed in `tests/conformance/torch/opinfo_ratchet_cpu.txt`.",
+        "",
         "| status | OpInfos | meaning |",
         "|---|---:|---|",
     ]
