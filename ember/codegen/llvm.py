@@ -4,8 +4,9 @@ A `Kernel` becomes `void @<name>(ptr %<param>, ...)`: one pointer per parameter,
 row-major buffer whose element strides are `Buffer.strides`. Locals are allocas in the entry
 block (LLVM promotes them), loop counters too. Scalar code comes from the op tables in
 `ember.codegen.scalar`; this module emits the structure around it: loops, ifs, loads, stores.
-Parallel loops run on a thread team through libgomp (`ember.codegen.parallel`); the other
-kinds are scheduling hints, emitted as serial loops.
+Parallel loops run on a thread team through libgomp (`ember.codegen.parallel`); unrolled
+loops become copies of their body and vectorized loops LLVM vectors (`ember.codegen.vector`),
+or serial loops where they cannot.
 
 A `Program` becomes one module: its kernels plus
 
@@ -37,6 +38,7 @@ from ember.codegen.scalar import (
     storage_type,
     to_storage,
 )
+from ember.codegen.vector import emit_unrolled, emit_vectorized
 from ember.dtypes import DType
 from ember.loops.ir import (
     INDEX,
@@ -47,6 +49,7 @@ from ember.loops.ir import (
     Cast,
     Const,
     Expr,
+    Fma,
     For,
     If,
     Kernel,
@@ -60,6 +63,7 @@ from ember.loops.ir import (
     Store,
     Unary,
     Var,
+    operands,
 )
 
 VOID = ir.VoidType()
@@ -136,7 +140,11 @@ class KernelEmitter:
         if s.kind == "parallel" and not self.in_parallel:
             emit_parallel_for(self, s)
             return
-        # Other kinds are hints that schedules act on; here they are serial loops.
+        if s.kind == "unrolled" and emit_unrolled(self, s):
+            return
+        if s.kind == "vectorized" and emit_vectorized(self, s) is None:
+            return
+        # Otherwise (or when unrolling or vectorizing cannot apply): a serial loop.
         self.loop(s, self.index(s.start), self.index(s.stop))  # bounds evaluated once
 
     def loop(self, s: For, start: ir.Value, stop: ir.Value) -> None:
@@ -230,13 +238,39 @@ class KernelEmitter:
             raise self.error(f"loading %{e.buffer}: {buf.dtype} as {e.dtype}")
         return load_scalar(self.b, ptr, buf.dtype)
 
-    def unary(self, e: Unary) -> ir.Value:
-        return self.op(scalar.unary, e.op, e.a.dtype, self.expr(e.a))
+    def operation(self, e: Unary | Binary | Select | Fma | Cast | Bitcast) -> ir.Value:
+        return self.expr_of(e, [self.expr(x) for x in operands(e)])
 
-    def binary(self, e: Binary) -> ir.Value:
-        if e.a.dtype is not e.b.dtype:
-            raise self.error(f"{e.op} of {e.a.dtype} and {e.b.dtype}")
-        return self.op(scalar.binary, e.op, e.a.dtype, self.expr(e.a), self.expr(e.b))
+    def expr_of(self, e: Expr, xs: list[ir.Value]) -> ir.Value:
+        """The code of `e`'s own operation on its operands' values `xs` (in the order of
+        `operands(e)`), computed by the caller: scalars here, single lanes for vector code."""
+        b = self.b
+        if isinstance(e, Unary):
+            return self.op(scalar.unary, e.op, e.a.dtype, *xs)
+        if isinstance(e, Binary):
+            if e.a.dtype is not e.b.dtype:
+                raise self.error(f"{e.op} of {e.a.dtype} and {e.b.dtype}")
+            return self.op(scalar.binary, e.op, e.a.dtype, *xs)
+        if isinstance(e, Select):
+            if e.cond.dtype is not DType.bool:
+                raise self.error(f"a condition must be bool, not {e.cond.dtype}")
+            if e.a.dtype is not e.b.dtype:
+                raise self.error(f"select between {e.a.dtype} and {e.b.dtype}")
+            return b.select(*xs)
+        if isinstance(e, Fma):
+            if len({x.dtype for x in (e.a, e.b, e.c)}) != 1 or not e.a.dtype.is_float:
+                raise self.error("fma needs float operands of one dtype")
+            return scalar.call_intrinsic(b, "llvm.fmuladd", *xs)
+        if isinstance(e, Cast):
+            return cast(b, xs[0], e.a.dtype, e.dtype)
+        if isinstance(e, Bitcast):
+            # Through the storage form: the bits in memory, not the widened register value.
+            raw = to_storage(b, xs[0], e.a.dtype)
+            target = storage_type(e.dtype)
+            if raw.type != target:
+                raw = b.bitcast(raw, target)
+            return from_storage(b, raw, e.dtype)
+        raise self.error(f"unknown expression {type(e).__name__}")
 
     def op(self, emit, op: str, t: DType, *xs: ir.Value) -> ir.Value:
         try:
@@ -244,24 +278,8 @@ class KernelEmitter:
         except CodegenError as error:
             raise self.error(str(error)) from None
 
-    def select(self, e: Select) -> ir.Value:
-        if e.a.dtype is not e.b.dtype:
-            raise self.error(f"select between {e.a.dtype} and {e.b.dtype}")
-        return self.b.select(self.condition(e.cond), self.expr(e.a), self.expr(e.b))
-
-    def cast(self, e: Cast) -> ir.Value:
-        return cast(self.b, self.expr(e.a), e.a.dtype, e.dtype)
-
-    def bitcast(self, e: Bitcast) -> ir.Value:
-        # Through the storage form: the bits in memory, not the widened register value.
-        raw = to_storage(self.b, self.expr(e.a), e.a.dtype)
-        target = storage_type(e.dtype)
-        if raw.type != target:
-            raw = self.b.bitcast(raw, target)
-        return from_storage(self.b, raw, e.dtype)
-
-    EXPR = {Const: const, Var: var, Load: load, Unary: unary, Binary: binary, Select: select,
-            Cast: cast, Bitcast: bitcast}
+    EXPR = {Const: const, Var: var, Load: load, Unary: operation, Binary: operation,
+            Select: operation, Fma: operation, Cast: operation, Bitcast: operation}
 
 
 def declare_kernel(module: ir.Module, kernel: Kernel) -> ir.Function:

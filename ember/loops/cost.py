@@ -3,13 +3,14 @@ the bytes its parameters span.
 
 `flops(kernel)` counts, for every store, the float arithmetic of its value (a fused
 multiply-add counts two; loads, index arithmetic and integer ops count nothing), times the
-trip counts of the loops around it (a loop whose bounds are not constants counts once, an
-`if` as its costlier branch). It is an estimate of the work, not of the instructions run.
+trip counts of the loops around it (a `min(c, e)` stop counts as c, other non-constant
+bounds count once; an `if` as its costlier branch). It is an estimate of the work done,
+padding of blocked schedules included, not of the instructions run.
 """
 
 from __future__ import annotations
 
-from ember.loops.ir import Binary, Const, For, If, Kernel, Stmt, Store, Unary, walk_expr
+from ember.loops.ir import Binary, Const, Fma, For, If, Kernel, Stmt, Store, Unary, walk_expr
 
 # Ops that are not arithmetic: comparisons, selections, bit logic.
 _FREE = {"eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor", "not", "isnan", "isinf",
@@ -17,15 +18,22 @@ _FREE = {"eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor", "not", "isnan",
 
 
 def _trips(s: For) -> int:
-    if isinstance(s.start, Const) and isinstance(s.stop, Const):
-        span = (s.stop.value - s.start.value) if s.step > 0 else (s.start.value - s.stop.value)
-        return max(0, -(-span // abs(s.step)))
+    stop = s.stop
+    if isinstance(stop, Binary) and stop.op == "min" and isinstance(stop.a, Const):
+        stop = stop.a  # a blocked loop's tail: at most the block
+    if isinstance(s.start, Const) and isinstance(stop, Const):
+        return len(range(s.start.value, stop.value, s.step))
     return 1
 
 
 def _expr_flops(value) -> int:
-    return sum(1 for e in walk_expr(value)
-               if isinstance(e, (Binary, Unary)) and e.op not in _FREE and e.dtype.is_float)
+    count = 0
+    for e in walk_expr(value):
+        if isinstance(e, Fma):
+            count += 2
+        elif isinstance(e, (Binary, Unary)) and e.op not in _FREE and e.dtype.is_float:
+            count += 1
+    return count
 
 
 def _stmts_flops(stmts: list[Stmt]) -> int:

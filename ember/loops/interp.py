@@ -24,6 +24,7 @@ from ember.loops.ir import (
     Cast,
     Const,
     Expr,
+    Fma,
     For,
     If,
     Kernel,
@@ -154,6 +155,9 @@ class LoopInterpreter:
         if isinstance(e, Select):
             cond = bool(self.eval(e.cond, buffers, env))
             return self.eval(e.a if cond else e.b, buffers, env)
+        if isinstance(e, Fma):  # rounded twice; generated code may round once
+            a, b, c = (self.eval(x, buffers, env) for x in (e.a, e.b, e.c))
+            return _scalar(_binary("add", _binary("mul", a, b, e.dtype), c, e.dtype), e.dtype)
         if isinstance(e, Cast):
             value = self.eval(e.a, buffers, env)
             if e.dtype is DType.bool:

@@ -4,7 +4,7 @@ A `Kernel` is a function over buffers (its parameters, plus local scratch buffer
 body is a list of statements: `For` loops with a kind (serial, parallel, vectorized,
 unrolled), `Store`s of scalar expressions into buffers, and `If`s. Expressions are
 immutable and hashable: constants, index variables, loads, unary and binary operations,
-`select` and casts. Index arithmetic is i64.
+`select`, `fma` and casts. Index arithmetic is i64.
 
 A `Program` strings kernels together: its buffers are the inputs, outputs, constants and
 temporaries of a compiled graph, and its steps call kernels on them (with structured `if`
@@ -13,7 +13,7 @@ and `loop` steps for graph control flow).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -122,6 +122,20 @@ class Select(Expr):
     cond: Expr
     a: Expr
     b: Expr
+
+    @property
+    def dtype(self) -> DType:
+        return self.a.dtype
+
+
+@dataclass(frozen=True, slots=True)
+class Fma(Expr):
+    """a * b + c on floats, rounded once or twice: whichever the target does faster (LLVM's
+    `llvm.fmuladd`). Contraction schedules use it for their multiply-accumulate."""
+
+    a: Expr
+    b: Expr
+    c: Expr
 
     @property
     def dtype(self) -> DType:
@@ -256,20 +270,44 @@ def walk_stmts(stmts: Sequence[Stmt]) -> Iterator[Stmt]:
             yield from walk_stmts(s.orelse)
 
 
-def walk_expr(e: Expr) -> Iterator[Expr]:
-    yield e
+def operands(e: Expr) -> list[Expr]:
+    """The operands of an operation, in order (none for constants, variables and loads: a
+    load's index is not an operand)."""
+    if isinstance(e, (Unary, Cast, Bitcast)):
+        return [e.a]
+    if isinstance(e, Binary):
+        return [e.a, e.b]
+    if isinstance(e, Select):
+        return [e.cond, e.a, e.b]
+    if isinstance(e, Fma):
+        return [e.a, e.b, e.c]
+    return []
+
+
+def map_expr(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
+    """`e` rebuilt bottom-up with each node x replaced by fn(x) where that is not None."""
     if isinstance(e, Load):
-        for i in e.index:
-            yield from walk_expr(i)
-    elif isinstance(e, (Unary, Cast, Bitcast)):
-        yield from walk_expr(e.a)
-    elif isinstance(e, Binary):
-        yield from walk_expr(e.a)
-        yield from walk_expr(e.b)
-    elif isinstance(e, Select):
-        yield from walk_expr(e.cond)
-        yield from walk_expr(e.a)
-        yield from walk_expr(e.b)
+        e = Load(e.buffer, tuple(map_expr(i, fn) for i in e.index), e.dtype)
+    elif isinstance(e, (Unary, Binary)):
+        e = type(e)(e.op, *(map_expr(x, fn) for x in operands(e)))
+    elif isinstance(e, (Cast, Bitcast)):
+        e = type(e)(e.dtype, map_expr(e.a, fn))
+    elif isinstance(e, (Select, Fma)):
+        e = type(e)(*(map_expr(x, fn) for x in operands(e)))
+    new = fn(e)
+    return e if new is None else new
+
+
+def substitute(e: Expr, values: Mapping[str, Expr]) -> Expr:
+    """`e` with the variables named in `values` replaced by their expressions."""
+    return map_expr(e, lambda x: values.get(x.name) if isinstance(x, Var) else None)
+
+
+def walk_expr(e: Expr) -> Iterator[Expr]:
+    """`e` and its subexpressions, parents first (a load's index included)."""
+    yield e
+    for x in e.index if isinstance(e, Load) else operands(e):
+        yield from walk_expr(x)
 
 
 # -- programs: kernels called in order on planned buffers -------------------------------------

@@ -8,9 +8,10 @@
       }
     }
 
-Expressions are calls (`add(a, b)`, `select(c, a, b)`, `f16(a)` for a cast), loads
-`%buf[i, j]`, index variables `%i0`, and constants: bare integers are i64 indices, others
-carry their type (`0.5:f32`, `true`). Programs list their buffers by kind, then steps.
+Expressions are calls (`add(a, b)`, `select(c, a, b)`, `fma(a, b, c)`, `f16(a)` for a
+cast), loads `%buf[i, j]`, index variables `%i0`, and constants: bare integers are i64
+indices, others carry their type (`0.5:f32`, `true`). Programs list their buffers by kind,
+then steps.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ember.loops.ir import (
     Cast,
     Const,
     Expr,
+    Fma,
     For,
     If,
     Kernel,
@@ -70,6 +72,8 @@ def format_expr(e: Expr) -> str:
         return f"{e.op}({format_expr(e.a)}, {format_expr(e.b)})"
     if isinstance(e, Select):
         return f"select({format_expr(e.cond)}, {format_expr(e.a)}, {format_expr(e.b)})"
+    if isinstance(e, Fma):
+        return f"fma({format_expr(e.a)}, {format_expr(e.b)}, {format_expr(e.c)})"
     if isinstance(e, Cast):
         return f"{e.dtype.value}({format_expr(e.a)})"
     if isinstance(e, Bitcast):
@@ -225,14 +229,16 @@ class LoopParser:
 
     def call(self, token, args: list[Expr]) -> Expr:
         name = token.text
-        want = 3 if name == "select" else 2 if name in BINARY_OPS else 1
-        if name not in UNARY_OPS and name not in BINARY_OPS and name != "select" and \
-                name not in DType.__members__:
+        want = 3 if name in ("select", "fma") else 2 if name in BINARY_OPS else 1
+        if name not in UNARY_OPS and name not in BINARY_OPS and name not in ("select", "fma") \
+                and name not in DType.__members__:
             raise self.error(f"unknown operation '{name}'", token)
         if len(args) != want:
             raise self.error(f"{name} takes {want} operands, got {len(args)}", token)
         if name == "select":
             return Select(*args)
+        if name == "fma":
+            return Fma(*args)
         if name in BINARY_OPS:
             return Binary(name, *args)
         if name in UNARY_OPS:

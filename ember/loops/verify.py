@@ -20,6 +20,7 @@ from ember.loops.ir import (
     Cast,
     Const,
     Expr,
+    Fma,
     For,
     If,
     Kernel,
@@ -188,6 +189,12 @@ class _KernelVerifier:
             if a is not b:
                 self.fail(f"select of {a} and {b}: branch dtypes differ")
             return a
+        if isinstance(e, Fma):
+            dtypes = {self.expr(x, ranges) for x in (e.a, e.b, e.c)}
+            if len(dtypes) != 1 or not e.a.dtype.is_float:
+                self.fail(f"fma of {', '.join(str(x.dtype) for x in (e.a, e.b, e.c))}: the"
+                          " operands must be floats of one dtype")
+            return e.a.dtype
         if isinstance(e, Cast):
             self.expr(e.a, ranges)
             return e.dtype

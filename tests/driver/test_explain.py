@@ -54,8 +54,9 @@ def test_explain_measures_each_kernel_against_the_roofline() -> None:
     times = [k.seconds for k in report.kernels]
     assert all(t > 0 for t in times) and times == sorted(times, reverse=True)
     matmul = next(k for k in report.kernels if "matmul" in k.ops)
-    # 16x8 outputs, each 32 multiply-adds, plus the bias add and relu's max: 2 flops each.
-    assert matmul.flops == 16 * 8 * (2 * 32 + 2)
+    # 16x8 outputs, each 32 multiply-adds, plus the bias add and relu's max: 2 flops each;
+    # the blocked schedule computes padded tiles (rows up to a multiple of its tile) too.
+    assert 16 * 8 * (2 * 32 + 2) <= matmul.flops <= 1.25 * 16 * 8 * (2 * 32 + 2)
     assert 0 < matmul.roofline <= 1.5 and report.total_seconds > 0
     text = str(report)
     assert "roofline" in text and "GFLOP/s" in text and "roofs:" in text

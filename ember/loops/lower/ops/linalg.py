@@ -1,6 +1,7 @@
 """Lowerings of `matmul`, `conv` and `conv_transpose`: for each output element, a sum of
 products accumulated in a local scalar of the compute type (f32 for halves, the dtype
-otherwise, so integer sums wrap like the reference), rounded once at the store.
+otherwise, so integer sums wrap like the reference), rounded once at the store. Matmul's
+plain nest is then blocked by its schedule (ember/loops/schedules/gemm.py).
 
 Windowed reads that can fall into the padding sit under an `If` on the input position, so
 no kernel reads out of bounds; the checks are left out on axes that cannot leave the input.
@@ -16,6 +17,7 @@ from collections.abc import Callable, Sequence
 from ember.graph.ops.linalg import window_params
 from ember.loops.ir import Binary, Cast, Const, Expr, If, Load, Stmt, Store, Var
 from ember.loops.lower.core import LowerContext, lowering
+from ember.loops.schedules.gemm import schedule_matmul
 
 # -- shared helpers -----------------------------------------------------------------------
 
@@ -104,6 +106,14 @@ def batch_index(shape: Sequence[int], batch: Sequence[Expr]) -> list[Expr]:
 
 @lowering("matmul")
 def matmul(ctx: LowerContext):
+    """The plain nest (the algorithm), blocked by the matmul schedule (a no-op for integer
+    and f64 matmuls, which keep the plain nest)."""
+    return schedule_matmul(ctx, plain_matmul(ctx))
+
+
+def plain_matmul(ctx: LowerContext) -> list[Stmt]:
+    """For each output element: acc = 0; acc += a * b over k; store (ember/loops/schedules/
+    gemm.py matches this shape)."""
     a, b = ctx.inputs
     out = ctx.outputs[0]
     depth = a.shape[-1]

@@ -1,0 +1,520 @@
+"""Loops of kind `unrolled` and `vectorized`: the body copied per iteration, or run once on
+LLVM vectors whose lanes are the iterations.
+
+**Unrolled.** A loop whose trip count has a constant bound is emitted as that many copies of
+its body, the loop variable a constant in each: `for %i = 0 to 4 unrolled` gives four
+copies; `for %i = 0 to min(4, %n) unrolled` four copies, each under `if i < min(4, %n)`.
+Other loops (and ones longer than MAX_UNROLL) are emitted as serial loops.
+
+**Vectorized.** `for %j = s to s + W vectorized` (constant s and W) runs its body once, on
+vectors of W lanes, lane l standing for iteration s + l; `for %j = s to min(s + W, e)` is
+the same with the lanes at or past `e` masked off (they load and store nothing; the body
+does not run at all when no lane is active). W is the trip count, not the target's width:
+LLVM splits or widens the vectors to its registers, so a schedule picks W for its data
+(16 f32 lanes fill one AVX-512 register or two AVX2 ones). In the body:
+
+- a load whose index does not involve the lane variable `j` is one scalar load (uniform);
+  one whose last index is `u + j` (u uniform) and whose other indices do not involve `j` is
+  one vector load of consecutive elements (contiguous); any other load is a gather;
+- a store is contiguous, or writes a local at a uniform index at the top of the body that
+  the body reads only after that store, at that index: such a local is a per-lane
+  temporary held in a register (after the loop it holds the last active lane's value);
+- expressions that are the same in every lane are scalar code (ember.codegen.scalar);
+  lane-varying ones are vector instructions with the scalar code's semantics: float
+  add/sub/mul/div/max/min/neg/abs/sqrt, fma, comparisons, select, integer add/sub/mul and
+  bit logic, float-to-float and integer-to-float casts;
+- `if`s whose condition is uniform.
+
+The body runs statement by statement for all lanes at once instead of iteration by
+iteration; that is the serial loop's meaning when no lane reads what another lane writes,
+which `plan_vector` checks: a buffer the body stores to is read in it only at the one
+index it is stored at (distinct parameters are distinct buffers). A loop that fails a
+check, or whose body has a nested loop, a lane-dependent `if` or a lane-varying op without
+vector code here (exp, a bf16 store, ...), is emitted as a serial loop: `vectorized` is a
+schedule's request, and `plan_vector` says why it was not granted. LLVM's own loop
+vectorizer may still widen that serial loop (vmath's inline exp, tanh and erf are written
+for it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from llvmlite import ir
+
+from ember.codegen import scalar
+from ember.codegen.scalar import I32, I64, declare, storage_type, value_type
+from ember.dtypes import DType
+from ember.loops.ir import (
+    INDEX,
+    Binary,
+    Bitcast,
+    Cast,
+    Const,
+    Expr,
+    Fma,
+    For,
+    If,
+    Load,
+    Select,
+    Stmt,
+    Store,
+    Unary,
+    Var,
+    operands,
+    substitute,
+    walk_expr,
+    walk_stmts,
+)
+
+if TYPE_CHECKING:
+    from ember.codegen.llvm import KernelEmitter
+
+MAX_UNROLL = 64  # copies; a longer unrolled loop is emitted as a serial one
+MAX_LANES = 64
+
+
+def trip_bound(s: For) -> tuple[int, int, Expr | None] | None:
+    """(start, the most iterations, the stop to check or None when the count is exact) for
+    a loop with a constant start whose trip count has a constant bound."""
+    if not isinstance(s.start, Const):
+        return None
+    start = int(s.start.value)
+    if isinstance(s.stop, Const):
+        return start, len(range(start, int(s.stop.value), s.step)), None
+    if s.step == 1 and isinstance(s.stop, Binary) and s.stop.op == "min":
+        for bound in (s.stop.a, s.stop.b):
+            if isinstance(bound, Const) and bound.dtype is INDEX:
+                return start, max(0, int(bound.value) - start), s.stop
+    return None
+
+
+# -- unrolled loops ----------------------------------------------------------------------------
+
+def emit_unrolled(em: KernelEmitter, s: For) -> bool:
+    """Emit `s` as copies of its body; False (nothing emitted) when its trip count has no
+    constant bound of at most MAX_UNROLL."""
+    bound = trip_bound(s)
+    if bound is None or bound[1] > MAX_UNROLL:
+        return False
+    start, count, stop = bound
+    slot = em.allocas.alloca(I64, name=s.var.name)
+    outer = em.vars.get(s.var.name)
+    em.vars[s.var.name] = slot
+    limit = em.index(stop) if stop is not None else None
+    for k in range(count):
+        value = ir.Constant(I64, start + k * s.step)
+        em.b.store(value, slot)
+        if limit is None:
+            em.stmts(s.body)
+        else:
+            with em.b.if_then(em.b.icmp_signed("<", value, limit)):
+                em.stmts(s.body)
+    if outer is None:
+        del em.vars[s.var.name]
+    else:
+        em.vars[s.var.name] = outer
+    return True
+
+
+# -- vectorized loops: the legality check --------------------------------------------------------
+
+def coefficient(e: Expr, name: str) -> int | None:
+    """The constant c with e = u + c * name (u free of `name`), or None when there is none."""
+    if isinstance(e, Var):
+        return 1 if e.name == name else 0
+    if isinstance(e, Binary) and e.op in ("add", "sub", "mul") and e.dtype.is_int:
+        a, b = coefficient(e.a, name), coefficient(e.b, name)
+        if a is None or b is None:
+            return None
+        if e.op != "mul":
+            return a + b if e.op == "add" else a - b
+        if a == 0 and b == 0:
+            return 0
+        for factor, c, other in ((e.a, b, a), (e.b, a, b)):
+            if other == 0 and isinstance(factor, Const):
+                return int(factor.value) * c
+        return None
+    return 0 if not any(isinstance(x, Var) and x.name == name for x in walk_expr(e)) else None
+
+
+def access_kind(index: Sequence[Expr], name: str) -> str:
+    """uniform, contiguous or gather: how the lanes of a vectorized loop over `name` see
+    an access at `index`."""
+    coefs = [coefficient(i, name) for i in index]
+    if all(c == 0 for c in coefs):
+        return "uniform"
+    if index and coefs[-1] == 1 and all(c == 0 for c in coefs[:-1]):
+        return "contiguous"
+    return "gather"
+
+
+@dataclass
+class VectorPlan:
+    width: int
+    start: int
+    stop: Expr | None  # the stop to mask lanes against; None when every lane runs
+    lane_locals: set[str]  # locals held per lane in registers (uniform stores)
+
+
+def _family(t: DType) -> str:
+    return "bool" if t is DType.bool else "float" if t.is_float else "int"
+
+
+def _vector_cast(src: DType, dst: DType) -> bool:
+    halves = (DType.f16, DType.bf16)
+    return (src.is_float and dst.is_float and dst is not DType.bf16
+            and not (src is DType.f64 and dst is DType.f16)) or \
+        (src.is_int and src is not DType.bool and dst.is_float and dst not in halves)
+
+
+def _no_vector_code(e: Expr) -> str | None:
+    """Why lane-varying `e`'s own operation has no vector code here (None: it has)."""
+    if isinstance(e, Unary) and (e.op, _family(e.a.dtype)) not in _UNARY or \
+            isinstance(e, Binary) and (e.op, _family(e.a.dtype)) not in _BINARY:
+        return f"{e.op} on {e.a.dtype} has no vector code"
+    if isinstance(e, Cast) and not _vector_cast(e.a.dtype, e.dtype):
+        return f"the cast of {e.a.dtype} to {e.dtype} has no vector code"
+    if isinstance(e, Bitcast):
+        return "bitcast has no vector code"
+    if isinstance(e, Fma) and not e.dtype.is_float:
+        return "fma needs floats"
+    return None
+
+
+def plan_vector(s: For, locals_: set[str]) -> VectorPlan | str:
+    """How to emit vectorized loop `s`, or why it cannot be (then it runs serially)."""
+    bound = trip_bound(s)
+    if s.step != 1 or bound is None:
+        return "its trip count has no constant bound"
+    start, width, stop = bound
+    if not 1 <= width <= MAX_LANES:
+        return f"its width {width} is not in [1, {MAX_LANES}]"
+    name = s.var.name
+    # Lane-private temporaries: locals stored at a uniform index at the top of the body.
+    lane_locals = {st.buffer for st in s.body if isinstance(st, Store)
+                   and st.buffer in locals_ and access_kind(st.index, name) == "uniform"}
+    stmts = list(walk_stmts(s.body))
+    varying: dict[Expr, bool] = {}
+
+    def varies(e: Expr) -> bool:  # differs between lanes (memoized: trees share nodes)
+        if e not in varying:
+            if isinstance(e, Var):
+                varying[e] = e.name == name
+            elif isinstance(e, Load):
+                varying[e] = e.buffer in lane_locals or any(varies(i) for i in e.index)
+            else:
+                varying[e] = any(varies(x) for x in operands(e))
+        return varying[e]
+
+    def check(e: Expr) -> str | None:
+        for x in walk_expr(e):
+            if isinstance(x, Load) and any(isinstance(y, Load) and y.buffer in lane_locals
+                                           for i in x.index for y in walk_expr(i)):
+                return "an index reads a lane-private local"
+            if varies(x) and not isinstance(x, (Var, Load, Const)):
+                why = _no_vector_code(x)
+                if why:
+                    return why
+        return None
+
+    stores: dict[str, set[tuple[Expr, ...]]] = {}
+    for st in stmts:
+        if isinstance(st, For):
+            return "its body has a loop"
+        if isinstance(st, If):
+            if varies(st.cond):
+                return "its body has an if whose condition differs between lanes"
+            continue
+        why = check(st.value) or next(filter(None, map(check, st.index)), None)
+        if why:
+            return why
+        kind = access_kind(st.index, name)
+        if st.buffer in lane_locals:
+            if kind != "uniform" or st not in s.body:
+                return f"%{st.buffer} is stored both per lane and not"
+        elif kind != "contiguous":
+            return f"a store to %{st.buffer} is neither contiguous nor lane-private"
+        elif st.value.dtype is DType.bf16 and varies(st.value):
+            return "storing bf16 (rounding) has no vector code"
+        stores.setdefault(st.buffer, set()).add(st.index)
+    written: set[str] = set()
+    for st in stmts:  # in order: no lane reads what another lane writes
+        for e in [st.cond] if isinstance(st, If) else [*st.index, st.value]:
+            for x in walk_expr(e):
+                if not isinstance(x, Load) or x.buffer not in stores:
+                    continue
+                if x.buffer in lane_locals and x.buffer not in written:
+                    return f"%{x.buffer} is read before the lane stores it"
+                if len(stores[x.buffer]) != 1 or x.index not in stores[x.buffer]:
+                    return f"%{x.buffer} is read at another index than it is stored at"
+        if isinstance(st, Store):
+            if len(stores[st.buffer]) != 1:
+                return f"%{st.buffer} is stored at two indices"
+            written.add(st.buffer)
+    return VectorPlan(width, start, stop, lane_locals)
+
+
+# -- vectorized loops: emission ------------------------------------------------------------------
+
+def _mangle(t: ir.Type) -> str:
+    """LLVM's name suffix for an overloaded intrinsic's type (v16f32, p0, ...)."""
+    if isinstance(t, ir.VectorType):
+        return f"v{t.count}{_mangle(t.element)}"
+    if isinstance(t, ir.IntType):
+        return f"i{t.width}"
+    if isinstance(t, ir.PointerType):
+        return "p0"
+    return {"half": "f16", "float": "f32", "double": "f64"}[str(t)]
+
+
+def _is_vector(x: ir.Value) -> bool:
+    return isinstance(x.type, ir.VectorType)
+
+
+class VectorBody:
+    """Emits the body of one vectorized loop (checked by `plan_vector`) into the kernel
+    emitter's current block; lane-uniform expressions go through its scalar code."""
+
+    def __init__(self, em: KernelEmitter, s: For, plan: VectorPlan):
+        self.em, self.b, self.loop, self.plan = em, em.b, s, plan
+        self.width = plan.width
+        self.mask: ir.Value | None = None  # the active lanes, when the stop masks some
+        self.count: ir.Value | None = None  # how many lanes are active, likewise
+        self.lane_values: dict[str, ir.Value] = {}  # lane-private local -> its vector
+
+    def vec(self, t: ir.Type) -> ir.VectorType:
+        return ir.VectorType(t, self.width)
+
+    def splat(self, x: ir.Value) -> ir.Value:
+        """`x` in every lane (vectors are returned as they are)."""
+        if _is_vector(x):
+            return x
+        if isinstance(x, ir.Constant):
+            return ir.Constant(self.vec(x.type), [x.constant] * self.width)
+        one = self.b.insert_element(ir.Constant(self.vec(x.type), ir.Undefined), x,
+                                    ir.Constant(I32, 0))
+        zeros = ir.Constant(ir.VectorType(I32, self.width), [0] * self.width)
+        return self.b.shuffle_vector(one, ir.Constant(one.type, ir.Undefined), zeros)
+
+    def lanes(self) -> ir.Constant:
+        """The loop variable's value in each lane."""
+        return ir.Constant(self.vec(I64), [self.plan.start + k for k in range(self.width)])
+
+    def intrinsic(self, base: str, *xs: ir.Value) -> ir.Value:
+        t = xs[0].type
+        return self.b.call(declare(self.b, f"{base}.{_mangle(t)}", t, [x.type for x in xs]), xs)
+
+    # -- the loop
+    def emit(self) -> None:
+        b, plan = self.b, self.plan
+        if plan.stop is None:
+            self.stmts(self.loop.body)
+            self.finish()
+            return
+        stop = self.em.index(plan.stop)
+        self.count = b.sub(stop, ir.Constant(I64, plan.start))
+        self.mask = b.icmp_signed("<", self.lanes(), self.splat(stop))
+        with b.if_then(b.icmp_signed(">", self.count, ir.Constant(I64, 0))):
+            self.stmts(self.loop.body)
+            self.finish()
+
+    def finish(self) -> None:
+        """After the body: each lane-private local holds its last active lane's value, as
+        after the serial loop."""
+        last = ir.Constant(I64, self.width - 1) if self.count is None else \
+            self.b.sub(self.count, ir.Constant(I64, 1))
+        for st in self.loop.body:
+            if isinstance(st, Store) and st.buffer in self.lane_values:
+                ptr, buf = self.em.element_ptr(st.buffer, st.index)
+                lane = self.b.extract_element(self.lane_values.pop(st.buffer), last)
+                self.b.store(scalar.to_storage(self.b, lane, buf.dtype), ptr)
+
+    # -- statements
+    def stmts(self, stmts: Sequence[Stmt]) -> None:
+        for st in stmts:
+            if isinstance(st, Store):
+                self.store(st)
+                continue
+            cond = self.em.condition(st.cond)  # an If, uniform (plan_vector checked)
+            if not st.orelse:
+                with self.b.if_then(cond):
+                    self.stmts(st.then)
+                continue
+            with self.b.if_else(cond) as (then, orelse):
+                with then:
+                    self.stmts(st.then)
+                with orelse:
+                    self.stmts(st.orelse)
+
+    def store(self, st: Store) -> None:
+        value = self.expr(st.value)
+        if st.buffer in self.plan.lane_locals:
+            self.lane_values[st.buffer] = self.splat(value)
+            return
+        ptr, buf = self.base(st.buffer, st.index)
+        raw = self.to_storage(value, buf.dtype) if _is_vector(value) else \
+            self.splat(scalar.to_storage(self.b, value, buf.dtype))
+        align = buf.dtype.itemsize
+        if self.mask is None:
+            self.b.store(raw, self.b.bitcast(ptr, raw.type.as_pointer()), align=align)
+            return
+        fn = declare(self.b, f"llvm.masked.store.{_mangle(raw.type)}.p0", ir.VoidType(),
+                     [raw.type, scalar.PTR, I32, self.mask.type])
+        self.b.call(fn, [raw, self.b.bitcast(ptr, scalar.PTR), ir.Constant(I32, align),
+                         self.mask])
+
+    def base(self, name: str, index: Sequence[Expr]):
+        """Pointer to lane 0's element and the buffer, for a contiguous access."""
+        first = Const(self.plan.start)
+        return self.em.element_ptr(name, [substitute(i, {self.loop.var.name: first})
+                                          for i in index])
+
+    # -- expressions
+    def expr(self, e: Expr) -> ir.Value:
+        """`e` as a vector, or as a scalar when it is the same in every lane."""
+        if isinstance(e, Var) and e.name == self.loop.var.name:
+            return self.lanes()
+        if isinstance(e, (Const, Var)):
+            return self.em.expr(e)
+        if isinstance(e, Load):
+            return self.load(e)
+        values = [self.expr(x) for x in operands(e)]
+        if not any(_is_vector(v) for v in values):
+            return self.em.expr_of(e, values)  # the scalar code, on the values computed here
+        return self.vector_op(e, values)
+
+    def load(self, e: Load) -> ir.Value:
+        if e.buffer in self.lane_values:
+            return self.lane_values[e.buffer]
+        kind = access_kind(e.index, self.loop.var.name)
+        if kind == "uniform":
+            return self.em.expr(e)
+        buf = self.em.kernel.buffer(e.buffer)
+        t = self.vec(storage_type(buf.dtype))
+        align = ir.Constant(I32, buf.dtype.itemsize)
+        if kind == "contiguous":
+            ptr, _ = self.base(e.buffer, e.index)
+            if self.mask is None:
+                raw = self.b.load(ptr, typ=t, align=buf.dtype.itemsize)
+            else:
+                fn = declare(self.b, f"llvm.masked.load.{_mangle(t)}.p0", t,
+                             [scalar.PTR, I32, self.mask.type, t])
+                raw = self.b.call(fn, [self.b.bitcast(ptr, scalar.PTR), align, self.mask,
+                                       ir.Constant(t, None)])
+            return self.from_storage(raw, buf.dtype)
+        # A gather: each lane's address from the index at its value of the loop variable.
+        pointers = ir.Constant(self.vec(scalar.PTR), ir.Undefined)
+        for k in range(self.width):
+            lane = Const(self.plan.start + k)
+            ptr, _ = self.em.element_ptr(e.buffer, [substitute(i, {self.loop.var.name: lane})
+                                                    for i in e.index])
+            pointers = self.b.insert_element(pointers, self.b.bitcast(ptr, scalar.PTR),
+                                             ir.Constant(I32, k))
+        mask = self.mask if self.mask is not None else \
+            ir.Constant(self.vec(ir.IntType(1)), [1] * self.width)
+        fn = declare(self.b, f"llvm.masked.gather.{_mangle(t)}.{_mangle(pointers.type)}", t,
+                     [pointers.type, I32, mask.type, t])
+        raw = self.b.call(fn, [pointers, align, mask, ir.Constant(t, None)])
+        return self.from_storage(raw, buf.dtype)
+
+    def from_storage(self, raw: ir.Value, t: DType) -> ir.Value:
+        """Loaded lanes as register values (scalar.from_storage, on vectors)."""
+        b = self.b
+        if t is DType.bool:
+            return b.icmp_unsigned("!=", raw, ir.Constant(raw.type, None))
+        if t is DType.f16:
+            return b.fpext(raw, self.vec(scalar.F32))
+        if t is DType.bf16:
+            wide = b.zext(raw, self.vec(I32))
+            return b.bitcast(b.shl(wide, self.splat(ir.Constant(I32, 16))),
+                             self.vec(scalar.F32))
+        return raw
+
+    def to_storage(self, v: ir.Value, t: DType) -> ir.Value:
+        """Register lanes as the elements to store (bf16 never comes here: plan_vector)."""
+        if t is DType.bool:
+            return self.b.zext(v, self.vec(scalar.I8))
+        if t is DType.f16:
+            return self.b.fptrunc(v, self.vec(scalar.F16))
+        return v
+
+    def vector_op(self, e: Expr, values: list[ir.Value]) -> ir.Value:
+        b = self.b
+        if isinstance(e, Select):
+            cond, x, y = values
+            return b.select(cond, self.splat(x), self.splat(y))
+        if isinstance(e, Fma):
+            return self.intrinsic("llvm.fmuladd", *(self.splat(v) for v in values))
+        if isinstance(e, Cast):
+            return self.cast(e.a.dtype, e.dtype, values[0])
+        if isinstance(e, Unary):
+            return _UNARY[e.op, _family(e.a.dtype)](self, values[0])
+        return _BINARY[e.op, _family(e.a.dtype)](self, e.a.dtype, *map(self.splat, values))
+
+    def cast(self, src: DType, dst: DType, x: ir.Value) -> ir.Value:
+        """scalar.cast on vectors, for the casts that `_vector_cast` allows."""
+        b = self.b
+        if src.is_float:
+            if dst is DType.f16:  # round to half, computed in f32
+                return b.fpext(b.fptrunc(x, self.vec(scalar.F16)), self.vec(scalar.F32))
+            target = self.vec(value_type(dst))
+            if target == x.type:
+                return x
+            return b.fpext(x, target) if dst is DType.f64 else b.fptrunc(x, target)
+        convert = b.sitofp if src.is_signed else b.uitofp
+        return convert(x, self.vec(value_type(dst)))
+
+
+_FCMP = {"eq": "==", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+_ICMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+# Vector code with the semantics of the scalar tables (ember.codegen.scalar), for the ops
+# that epilogues and packing use; a body with any other lane-varying op runs serially.
+_UNARY: dict[tuple[str, str], Callable[[VectorBody, ir.Value], ir.Value]] = {
+    ("neg", "float"): lambda v, x: v.b.fneg(x),
+    ("abs", "float"): lambda v, x: v.intrinsic("llvm.fabs", x),
+    ("sqrt", "float"): lambda v, x: v.intrinsic("llvm.sqrt", x),
+    ("neg", "int"): lambda v, x: v.b.neg(x),
+    ("not", "bool"): lambda v, x: v.b.not_(x),
+}
+
+
+def _icmp(cmp: str):
+    return lambda v, t, x, y: (v.b.icmp_signed if t.is_signed else v.b.icmp_unsigned)(cmp, x, y)
+
+
+_BINARY: dict[tuple[str, str], Callable[..., ir.Value]] = {
+    ("add", "float"): lambda v, t, x, y: v.b.fadd(x, y),
+    ("sub", "float"): lambda v, t, x, y: v.b.fsub(x, y),
+    ("mul", "float"): lambda v, t, x, y: v.b.fmul(x, y),
+    ("div", "float"): lambda v, t, x, y: v.b.fdiv(x, y),
+    ("max", "float"): lambda v, t, x, y: v.intrinsic("llvm.maximum", x, y),
+    ("min", "float"): lambda v, t, x, y: v.intrinsic("llvm.minimum", x, y),
+    ("ne", "float"): lambda v, t, x, y: v.b.fcmp_unordered("!=", x, y),
+    **{(op, "float"): lambda v, t, x, y, cmp=cmp: v.b.fcmp_ordered(cmp, x, y)
+       for op, cmp in _FCMP.items()},
+    ("add", "int"): lambda v, t, x, y: v.b.add(x, y),
+    ("sub", "int"): lambda v, t, x, y: v.b.sub(x, y),
+    ("mul", "int"): lambda v, t, x, y: v.b.mul(x, y),
+    **{(op, "int"): _icmp(cmp) for op, cmp in _ICMP.items()},
+    **{(op, family): lambda v, t, x, y, f=f: f(v.b, x, y)
+       for op, f in (("bitwise_and", ir.IRBuilder.and_), ("bitwise_or", ir.IRBuilder.or_),
+                     ("bitwise_xor", ir.IRBuilder.xor))
+       for family in ("int", "bool")},
+    ("and", "bool"): lambda v, t, x, y: v.b.and_(x, y),
+    ("or", "bool"): lambda v, t, x, y: v.b.or_(x, y),
+    ("xor", "bool"): lambda v, t, x, y: v.b.xor(x, y),
+}
+
+
+def emit_vectorized(em: KernelEmitter, s: For) -> str | None:
+    """Emit vectorized loop `s` on vectors; returns why not (nothing emitted) when it
+    cannot be."""
+    plan = plan_vector(s, em.local_names)
+    if isinstance(plan, str):
+        return plan
+    VectorBody(em, s, plan).emit()
+    return None

@@ -1,0 +1,468 @@
+"""The matmul schedule: cache blocks, a packed B operand and a register-blocked micro-kernel
+(GotoBLAS, BLIS), applied to the plain nest that `graph.matmul` lowers to.
+
+Before: for each output element, a scalar accumulator summed over k. `match_gemm` finds this
+shape and the roles of its loops (A is the operand the row indexes, B the one the column
+indexes; the other output loops are batch dims):
+
+    for %i0 = 0 to M { for %i1 = 0 to N {
+      %t0[] = 0.0:f32
+      for %i2 = 0 to K { %t0[] = add(%t0[], mul(%x0[%i0, %i2], %x1[%i2, %i1])) }
+      %y0[%i0, %i1] = %t0[]
+    } }
+
+After (`apply_gemm`; the rows of all batches make one matrix when B is the same for every
+batch, so that a [batch, seq, K] x [K, N] product is one GEMM):
+
+    local %acc: f32[mr, nr]                     the register tile
+    local %bp: f32[nc/nr, K, nr]                a B block, packed in panels of nr columns
+    for %task = 0 to batches * column blocks * row groups parallel {
+      %bp = B[0:K, j0:j0+nc]                    (zeros past N)
+      for %ic = row blocks of mc in the group { for %jr = panels { for %ir = tiles {
+        %acc = 0
+        for %k = 0 to K { for %ii = 0 to mr unrolled { for %jj = 0 to nr vectorized {
+          %acc[%ii, %jj] = fma(A[row + %ii, %k], %bp[%jr, %k, %jj], %acc[%ii, %jj])
+        } } }
+        for %ii = 0 to min(mr, M - row) unrolled { for %jj = 0 to min(nr, N - col) vectorized {
+          %y0[row + %ii, col + %jj] = %acc[%ii, %jj]
+        } }
+      } } }
+    }
+
+Code generation keeps the tile in vector registers (%ii is unrolled, %jj is one vector
+instruction; ember/codegen/vector.py): per k, one load of B's panel row, mr broadcasts of A
+and mr * nr / lanes FMAs. Tiles past M read A's last row (those lanes are never stored);
+the write-back masks the columns past N, where B's panels hold zeros.
+
+The schedule is data, a `GemmSchedule`: the tile (mr x nr), the most k per pass (kc), the
+most rows and columns per block (mc, nc), whether to copy A, and how many parallel tasks
+to aim for. Blocks shrink to the problem and to the stack budgets below (packed blocks are
+locals, on each thread's stack). The nest above is its primitives applied in order: tile
+the output by mr x nr, block rows by mc and columns by nc, pack B per block, reorder the
+k loop inside the tile, unroll %ii, vectorize %jj, fuse the batch, column-block and
+row-group loops into one and make it parallel.
+
+**One store per element.** The write-back is the nest's only store to the output, done
+once per element after its whole sum, so a fused epilogue (ember/loops/lower/fused.py
+replaces that store) runs once per element. When K is longer than kc, it is summed in
+passes: per pass a task packs that slice of B, its tiles start from partial sums in a
+per-thread workspace `%ws: f32[blocks, mc/mr, nc/nr, mr, nr]` (zeroed at the task's start)
+and go back to it, and only in the last pass are they written to the output.
+
+A is read in place, or copied per row block and pass into `%ap: f32[mc/mr, mr, kc]` (each
+row contiguous) when its term is more than an f32 load: an f16 or bf16 operand is then
+widened once per block instead of once per use. B is read in place when all the rows fit
+one tile (a vector times a matrix): each element is used once, so packing would only copy
+it. Integer and f64 matmuls keep the plain nest.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ember.dtypes import DType
+from ember.loops.ir import (
+    Binary,
+    Const,
+    Expr,
+    Fma,
+    For,
+    If,
+    Load,
+    Select,
+    Stmt,
+    Store,
+    Var,
+    binary,
+    const,
+    map_expr,
+    substitute,
+    walk_expr,
+)
+
+F32 = DType.f32
+# A parallel loop needs this much work (multiply-adds, ~10 us) to pay for a fork (~8 us).
+MIN_PARALLEL_FMAS = 1 << 19
+# The most bytes of the packed B block (kc x nc) and A block (mc x kc) per thread: they are
+# locals, on each thread's stack (8 MiB by default), and the B block should stay in L2.
+PACKED_B_BYTES = 1 << 20
+PACKED_A_BYTES = 1 << 19
+WORKSPACE_BYTES = 1 << 19  # partial sums of a task's rows when K takes several passes
+A_LANES = 16  # the width of A's packing copy
+
+
+@dataclass(frozen=True)
+class GemmSchedule:
+    """The parameters of the blocked matmul, by BLIS's names. Tile sizes shrink to the
+    problem (a 1-row matmul gets mr = 1)."""
+
+    mr: int = 6  # rows of the register tile
+    nr: int = 16  # columns of the register tile: the micro-kernel's vector lanes
+    kc: int = 4096  # the most k per pass; a longer K sums partial results over passes
+    mc: int = 96  # the most rows per block (the copied A block, mc x kc)
+    nc: int = 256  # the most columns per block (the packed B block, kc x nc)
+    pack_a: bool | None = None  # copy A's blocks; None: when its term is more than a load
+    # Split rows into groups until there are this many parallel tasks (each packs its own B
+    # block: on one thread, 256^3 ran at 107, 100 and 95 GFLOP/s with 1, 4 and 8 tasks).
+    parallel: int = 4
+
+    def __str__(self) -> str:
+        return (f"gemm(mr={self.mr}, nr={self.nr}, kc={self.kc}, mc={self.mc}, nc={self.nc},"
+                f" pack_a={self.pack_a}, parallel={self.parallel})")
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """A matmul found in a plain nest: out[batch, row, col] = sum_k a * b, where `a` is an
+    expression of the batch, row and k variables and `b` of the batch, k and col ones."""
+
+    batch: tuple[tuple[str, int], ...]  # batch loop variables and extents, outermost first
+    row: str | None  # None: A is a vector (one row)
+    m: int
+    col: str | None  # None: B is a vector (one column)
+    n: int
+    k: str
+    depth: int
+    a: Expr
+    b: Expr
+    acc: str  # the scalar accumulator of the plain nest
+    store: Store  # the plain nest's store of the result; its value reads %acc
+
+
+def _variables(e: Expr) -> set[str]:
+    return {x.name for x in walk_expr(e) if isinstance(x, Var)}
+
+
+def match_gemm(body: list[Stmt]) -> Gemm | None:
+    """The matmul computed by `body` when it has the plain lowering's shape: a perfect nest
+    over the output (batch dims, then the row if A is a matrix, then the column if B is),
+    around acc = 0; for k { acc = add(acc, mul(a, b)) }; out[index] = f(acc)."""
+    loops: list[For] = []
+    while len(body) == 1 and isinstance(body[0], For):
+        loop = body[0]
+        if loop.start != Const(0) or loop.step != 1 or not isinstance(loop.stop, Const):
+            return None
+        loops.append(loop)
+        body = loop.body
+    if len(body) != 3:
+        return None
+    init, reduce, store = body
+    if not (isinstance(init, Store) and init.index == () and init.value == const(0, F32)
+            and isinstance(reduce, For) and isinstance(store, Store)
+            and reduce.start == Const(0) and reduce.step == 1
+            and isinstance(reduce.stop, Const) and len(reduce.body) == 1):
+        return None
+    acc, step = init.buffer, reduce.body[0]
+    term = step.value if isinstance(step, Store) else None
+    if not (isinstance(step, Store) and step.buffer == acc and step.index == ()
+            and isinstance(term, Binary) and term.op == "add"
+            and term.a == Load(acc, (), F32) and isinstance(term.b, Binary)
+            and term.b.op == "mul"):
+        return None
+    a, b = term.b.a, term.b.b
+    names = [loop.var.name for loop in loops]
+    if store.index != tuple(loop.var for loop in loops) or store.buffer == acc or any(
+            isinstance(x, Load) and x.buffer == acc for e in (a, b) for x in walk_expr(e)):
+        return None
+    in_a, in_b, rest = _variables(a), _variables(b), list(names)
+    col = rest.pop() if rest and rest[-1] in in_b and rest[-1] not in in_a else None
+    row = rest.pop() if rest and rest[-1] in in_a and rest[-1] not in in_b else None
+    k = reduce.var.name
+    if not (in_a <= {*rest, row, k} and in_b <= {*rest, col, k}):
+        return None
+    extent = {loop.var.name: int(loop.stop.value) for loop in loops}
+    return Gemm(tuple((n, extent[n]) for n in rest), row, extent.get(row, 1), col,
+                extent.get(col, 1), k, int(reduce.stop.value), a, b, acc, store)
+
+
+def default_gemm_schedule(g: Gemm) -> GemmSchedule:
+    """The schedule a matmul gets (the tuner will replace this with a database lookup). A
+    6 x 16 tile is 12 accumulators of 8 lanes with AVX2 (16 registers) or 6 of 16 with
+    AVX-512; a single pass up to K = 4096 measured faster than passes over a workspace."""
+    return GemmSchedule()
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _min(a: Expr | int, b: Expr | int) -> Expr:
+    return binary("min", a, b)
+
+
+class _Builder:
+    """Builds the scheduled nest of one Gemm; `ctx` makes its variables and locals."""
+
+    def __init__(self, ctx, g: Gemm, s: GemmSchedule):
+        self.ctx, self.g = ctx, g
+        self.nbatch = math.prod(e for _, e in g.batch)
+        # Rows of every batch make one matrix when B does not depend on the batch.
+        self.fold = not _variables(g.b) & {n for n, _ in g.batch}
+        self.rows = g.m * (self.nbatch if self.fold else 1)
+        self.nb = 1 if self.fold else self.nbatch
+        self.mr, self.nr = min(s.mr, self.rows), min(s.nr, g.n)
+        self.npc = _ceil(g.depth, s.kc)
+        self.kc = _ceil(g.depth, self.npc)
+        # Packed blocks are locals, on the stack of each thread: they get a budget.
+        widest = max(self.nr, PACKED_B_BYTES // (4 * self.kc) // self.nr * self.nr)
+        self.njc = _ceil(g.n, min(s.nc, widest))
+        self.ncp = _ceil(_ceil(g.n, self.njc), self.nr)  # panels per column block
+        self.nc = self.ncp * self.nr
+        self.njc = _ceil(g.n, self.nc)  # fewer when rounding up to panels made blocks wider
+        tallest = max(1, PACKED_A_BYTES // (4 * self.kc) // self.mr)
+        self.mcp = min(max(1, s.mc // self.mr), tallest, _ceil(self.rows, self.mr))
+        self.mc = self.mcp * self.mr
+        # Row groups: the tiles split evenly, into enough groups for `parallel` tasks, and
+        # small enough that a group's partial sums fit the workspace budget.
+        self.tiles = _ceil(self.rows, self.mr)
+        self.work = self.nbatch * g.m * g.n * g.depth
+        wanted = s.parallel if self.work >= MIN_PARALLEL_FMAS else 1  # too little for a team
+        groups = min(self.tiles, max(1, _ceil(wanted, self.nb * self.njc)))
+        if self.npc > 1:
+            most = max(1, WORKSPACE_BYTES // (4 * self.mc * self.nc)) * self.mcp
+            groups = max(groups, _ceil(self.tiles, most))
+        self.nmg = groups
+        self.per_group = _ceil(_ceil(self.tiles, groups), self.mcp)  # the most blocks
+        self.pack_a = s.pack_a if s.pack_a is not None else not isinstance(g.a, Load)
+        self.acc = ctx.local(F32, (self.mr, self.nr))
+        # One tile of rows uses each element of B once: packing would only copy it.
+        self.bp = ctx.local(F32, (self.ncp, self.kc, self.nr)) if self.tiles > 1 else None
+        # A's rows are copied in chunks of a_lanes; a pitch of a multiple of 4 KiB would put
+        # the same k of every row of a tile in one L1 set, so such pitches get one more.
+        self.a_lanes = min(self.kc, A_LANES)
+        pitch = _ceil(self.kc, self.a_lanes) * self.a_lanes
+        pitch += self.a_lanes if pitch % 1024 == 0 else 0
+        self.ap = ctx.local(F32, (self.mcp, self.mr, pitch)) if self.pack_a else None
+        self.ws = ctx.local(F32, (self.per_group, self.mcp, self.ncp, self.mr, self.nr)) \
+            if self.npc > 1 else None
+
+    def var(self, hint: str) -> Var:
+        return self.ctx.var(hint)
+
+    def loop(self, hint: str, stop: Expr | int, body, kind: str = "serial") -> list[Stmt]:
+        """for %<hint> = 0 to stop { body(var) }; just body(0) when it runs once."""
+        stop = stop if isinstance(stop, Expr) else Const(stop)
+        if stop == Const(1):
+            return body(Const(0))
+        v = self.var(hint)
+        return [For(v, Const(0), stop, body(v), 1, kind)]
+
+    # -- operand terms at scheduled indices
+    def values(self, batch: Expr, row: Expr, k: Expr | None, col: Expr | None) -> dict:
+        """The plain nest's variables as expressions of the scheduled ones."""
+        g = self.g
+        if self.fold and self.nbatch > 1:
+            batch, row = row // g.m, row % g.m
+        values: dict[str, Expr] = {}
+        for depth, (name, extent) in reversed(list(enumerate(g.batch))):
+            values[name] = batch % extent if depth else batch  # the outermost needs no mod
+            batch = batch // extent
+        if g.row is not None:
+            values[g.row] = row
+        if g.col is not None and col is not None:
+            values[g.col] = col
+        if k is not None:
+            values[g.k] = k
+        return values
+
+    def a_term(self, batch: Expr, row: Expr, k: Expr) -> Expr:
+        return substitute(self.g.a, self.values(batch, row, k, None))
+
+    def b_term(self, batch: Expr, k: Expr, col: Expr) -> Expr:
+        return substitute(self.g.b, self.values(batch, Const(0), k, col))
+
+    def clamp_row(self, row: Expr) -> Expr:
+        """`row` of a tile, or the last row for the rows of the last tile past the end."""
+        return row if self.rows % self.mr == 0 else _min(row, self.rows - 1)
+
+    def clamp_k(self, k: Expr) -> Expr:
+        return k if self.g.depth % self.kc == 0 else _min(k, self.g.depth - 1)
+
+    # -- the nest
+    def build(self) -> list[Stmt]:
+        tasks = self.nb * self.njc * self.nmg
+        kind = "parallel" if self.work >= MIN_PARALLEL_FMAS else "serial"
+        return self.loop("task", tasks, self.task, kind)
+
+    def task(self, t: Expr) -> list[Stmt]:
+        """One parallel task: a column block of one batch, for one group of row blocks."""
+        batch = t // (self.njc * self.nmg)
+        jc = t // self.nmg
+        j0 = (jc if self.nb == 1 else jc % self.njc) * self.nc
+        group = t % self.nmg
+        first = group * self.tiles // self.nmg  # the group's tiles: [first, last)
+        last = (group + 1) * self.tiles // self.nmg
+        blocks = (last - first + (self.mcp - 1)) // self.mcp
+
+        def block(k0: Expr, pc: Expr | None):
+            return lambda ic: self.k_pass(batch, j0, first + ic * self.mcp, last, ic, k0, pc)
+
+        if self.ws is None:
+            return [*self.pack_b(batch, j0, Const(0)),
+                    *self.loop("ic", blocks, block(Const(0), None))]
+
+        def k_pass(pc: Expr) -> list[Stmt]:
+            k0 = pc * self.kc
+            return [*self.pack_b(batch, j0, k0), *self.loop("ic", blocks, block(k0, pc))]
+
+        return [*self.fill(self.ws, Const(0.0, F32)), *self.loop("pc", self.npc, k_pass)]
+
+    def fill(self, buf, value: Expr) -> list[Stmt]:
+        index = [self.var("z") for _ in buf.shape]
+        stmts: list[Stmt] = [Store(buf.name, tuple(index), value)]
+        for depth in reversed(range(len(buf.shape))):
+            kind = "vectorized" if depth == len(buf.shape) - 1 else "serial"
+            stmts = [For(index[depth], Const(0), Const(buf.shape[depth]), stmts, 1, kind)]
+        return stmts
+
+    def pack_b(self, batch: Expr, j0: Expr, k0: Expr) -> list[Stmt]:
+        """%bp[jp, k, jj] = B[k0 + k, j0 + jp * nr + jj], zero past N."""
+        g, nr = self.g, self.nr
+        if self.bp is None:
+            return []
+
+        def panel(jp: Expr, edge: bool) -> list[Stmt]:
+            k, jj = self.var("k"), self.var("jj")
+            col = j0 + jp * nr + jj
+            value = self.b_term(batch, self.clamp_k(k0 + k), col)
+            if edge:  # the last panel: past N, zeros (the load stays in bounds)
+                inside = self.b_term(batch, self.clamp_k(k0 + k), _min(col, g.n - 1))
+                value = Select(binary("lt", col, g.n), inside, Const(0.0, F32))
+            store = Store(self.bp.name, (jp, k, jj), value)
+            return [For(k, Const(0), Const(self.kc),
+                        [For(jj, Const(0), Const(nr), [store], 1, "vectorized")])]
+
+        def panels(jp: Expr) -> list[Stmt]:
+            if g.n % self.nc == 0:  # every panel is full
+                return panel(jp, False)
+            full = binary("le", j0 + jp * nr + nr, g.n)
+            if isinstance(full, Const):
+                return panel(jp, not full.value)
+            return [If(full, panel(jp, False), panel(jp, True))]
+
+        return self.loop("jp", self.ncp, panels)
+
+    def copy_a(self, batch: Expr, ib: Expr, k0: Expr) -> list[Stmt]:
+        """%ap[ip, ii, k] = A[ib + ip * mr + ii, k0 + k]: the block's rows copied, each row
+        contiguous, in chunks of a_lanes (rows past the end repeat the last one; a chunk
+        that crosses K repeats A's last column)."""
+        g, lanes = self.g, self.a_lanes
+        chunks = _ceil(self.kc, lanes)
+        crosses = (self.npc - 1) * self.kc + chunks * lanes > g.depth  # some chunk crosses K
+
+        def copy(ip: Expr, ii: Expr, kb: Expr) -> list[Stmt]:
+            row = ib + ip * self.mr + ii
+            if self.rows % self.mc or self.nmg > 1:  # the block's copy may run past the rows
+                row = _min(row, self.rows - 1)
+
+            def chunk(edge: bool) -> list[Stmt]:
+                kv = self.var("kv")
+                k = kb * lanes + kv
+                depth = _min(k0 + k, g.depth - 1) if edge else k0 + k
+                store = Store(self.ap.name, (ip, ii, k), self.a_term(batch, row, depth))
+                return [For(kv, Const(0), Const(lanes), [store], 1, "vectorized")]
+
+            inside = binary("le", k0 + (kb + 1) * lanes, g.depth)
+            if not crosses or isinstance(inside, Const):
+                return chunk(crosses and not inside.value)
+            return [If(inside, chunk(False), chunk(True))]
+
+        return self.loop("ip", self.mcp, lambda ip: self.loop(
+            "ii", self.mr, lambda ii: self.loop("kb", chunks, lambda kb: copy(ip, ii, kb))))
+
+    def k_pass(self, batch: Expr, j0: Expr, tile0: Expr, last: Expr, ic: Expr, k0: Expr,
+               pc: Expr | None) -> list[Stmt]:
+        """One block's tiles (from tile0, before `last`) over one pass of k, its B block
+        already packed; `ic` is the block's number in its group."""
+        g, ib = self.g, tile0 * self.mr
+        stmts = self.copy_a(batch, ib, k0) if self.ap is not None else []
+        jr_stop = _min(self.ncp, (Const(g.n) - j0 + (self.nr - 1)) // self.nr)
+        ir_stop = _min(self.mcp, last - tile0)
+        stmts += self.loop("jr", jr_stop, lambda jr: self.loop(
+            "ir", ir_stop, lambda ir: self.tile(batch, ib + ir * self.mr, j0 + jr * self.nr,
+                                                (ic, ir, jr), k0, pc)))
+        return stmts
+
+    def tile_loops(self, body, rows: Expr | int, cols: Expr | int) -> For:
+        """for ii < rows unrolled { for jj < cols vectorized { body(ii, jj) } }"""
+        ii, jj = self.var("ii"), self.var("jj")
+        rows = rows if isinstance(rows, Expr) else Const(rows)
+        cols = cols if isinstance(cols, Expr) else Const(cols)
+        return For(ii, Const(0), rows, [For(jj, Const(0), cols, body(ii, jj), 1, "vectorized")],
+                   1, "unrolled")
+
+    def tile(self, batch: Expr, row: Expr, col: Expr, at: tuple[Expr, Expr, Expr], k0: Expr,
+             pc: Expr | None) -> list[Stmt]:
+        """The micro-kernel: the mr x nr tile at (row, col), over one pass of k; `at` is
+        (block in the group, tile in the block, panel), where its partial sums are kept."""
+        g, acc = self.g, self.acc.name
+        ic, ir, jr = at
+
+        def acc_at(ii, jj) -> Load:
+            return Load(acc, (ii, jj), F32)
+
+        if self.ws is None:
+            init = self.tile_loops(lambda ii, jj: [Store(acc, (ii, jj), Const(0.0, F32))],
+                                   self.mr, self.nr)
+        else:
+            init = self.tile_loops(lambda ii, jj: [Store(acc, (ii, jj),
+                                                         Load(self.ws.name, (ic, ir, jr, ii, jj),
+                                                              F32))], self.mr, self.nr)
+        depth = Const(self.kc) if pc is None or g.depth % self.kc == 0 else \
+            _min(self.kc, Const(g.depth) - k0)
+
+        def update(edge: bool) -> For:
+            k = self.var("k")
+
+            def step(ii, jj) -> list[Stmt]:
+                if self.ap is not None:
+                    a = Load(self.ap.name, (ir, ii, k), F32)
+                else:
+                    a = self.a_term(batch, self.clamp_row(row + ii), k0 + k)
+                if self.bp is not None:
+                    b = Load(self.bp.name, (jr, k, jj), F32)
+                else:  # B in place; past N (edge), its last column
+                    b = self.b_term(batch, k0 + k, _min(col + jj, g.n - 1) if edge
+                                    else col + jj)
+                return [Store(acc, (ii, jj), Fma(a, b, acc_at(ii, jj)))]
+
+            return For(k, Const(0), depth, [self.tile_loops(step, self.mr, self.nr)])
+
+        full = binary("le", col + self.nr, g.n)  # no column of the tile is past N
+        if self.bp is not None or isinstance(full, Const):
+            updates = [update(self.bp is None and not full.value)]
+        else:
+            updates = [If(full, [update(False)], [update(True)])]
+
+        def result(ii, jj) -> list[Stmt]:
+            values = self.values(batch, row + ii, None, col + jj)
+            value = map_expr(g.store.value, lambda x: acc_at(ii, jj)
+                             if isinstance(x, Load) and x.buffer == g.acc else None)
+            return [Store(g.store.buffer, tuple(substitute(i, values) for i in g.store.index),
+                          substitute(value, values))]
+
+        write = self.tile_loops(result, _min(self.mr, Const(self.rows) - row),
+                                _min(self.nr, Const(g.n) - col))
+        if pc is None:
+            return [init, *updates, write]
+        save = self.tile_loops(lambda ii, jj: [Store(self.ws.name, (ic, ir, jr, ii, jj),
+                                                     acc_at(ii, jj))], self.mr, self.nr)
+        return [init, *updates, If(binary("eq", pc, self.npc - 1), [write], [save])]
+
+
+def apply_gemm(ctx, g: Gemm, schedule: GemmSchedule) -> list[Stmt]:
+    """The scheduled nest of matmul `g`; `ctx` (a LowerContext) makes its variables and
+    locals."""
+    return _Builder(ctx, g, schedule).build()
+
+
+def schedule_matmul(ctx, body: list[Stmt], schedule: GemmSchedule | None = None) -> list[Stmt]:
+    """`body` (a plain matmul nest) blocked by `schedule` (default: `default_gemm_schedule`),
+    or unchanged when it is not an f32-accumulating matmul with work in it."""
+    g = match_gemm(body)
+    if g is None or g.m * g.n * g.depth == 0 or any(e == 0 for _, e in g.batch):
+        return body
+    if g.a.dtype is not F32 or g.b.dtype is not F32:
+        return body
+    return apply_gemm(ctx, g, schedule or default_gemm_schedule(g))

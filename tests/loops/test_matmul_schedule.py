@@ -1,0 +1,359 @@
+"""The matmul schedule (ember/loops/schedules/gemm.py) and the loop kinds it relies on.
+
+The plain nest before and the blocked nest after on a small case; values of compiled
+matmuls against NumPy on odd shapes, batches, vectors, halves and a fused epilogue; the
+multi-pass path (K split, partial sums in a workspace); and code generation of `unrolled`
+and `vectorized` loops and `fma` (ember/codegen/vector.py): the micro-kernel is vector
+FMAs, masked and lane-private loops compute what serial loops do, and loops that cannot
+be vectorized run serially.
+"""
+
+from __future__ import annotations
+
+import re
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import ember
+from ember import Builder, DType
+from ember.codegen import cpu
+from ember.codegen.llvm import kernel_module, program_module
+from ember.codegen.vector import plan_vector
+from ember.errors import ParseError, VerificationError
+from ember.loops import interp
+from ember.loops.ir import Const, Fma, For, Kernel, Load, Var, walk_stmts
+from ember.loops.lower import lower_graph
+from ember.loops.lower.core import LowerContext
+from ember.loops.lower.ops.linalg import plain_matmul
+from ember.loops.schedules import gemm
+from ember.loops.text import parse_kernel, parse_program, print_kernel
+from ember.loops.verify import verify_kernel, verify_program
+from ember.runtime.memory_plan import plan_memory
+
+RNG = np.random.default_rng(7)
+CPU = ember.Config(executor="cpu", disk_cache=False)
+
+
+def matmul_graph(a_shape, b_shape, dtype="f32") -> ember.graph.ir.Graph:
+    b = Builder("mm")
+    x, y = b.input("x", dtype, a_shape), b.input("y", dtype, b_shape)
+    b.output(b.matmul(x, y))
+    return b.build()
+
+
+def data(shape, dtype=np.float32) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+def check_compiled(a_shape, b_shape, dtype="f32", rtol=1e-5) -> None:
+    np_dtype = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}[dtype]
+    x, y = data(a_shape, np_dtype), data(b_shape, np_dtype)
+    got = ember.compile(matmul_graph(a_shape, b_shape, dtype), config=CPU)(x, y)[0]
+    want = np.matmul(x.astype(np.float64), y.astype(np.float64))
+    assert got.shape == want.shape and got.dtype == np_dtype
+    scale = max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=rtol, atol=rtol * scale)
+
+
+def kernel_of(graph) -> Kernel:
+    program = verify_program(lower_graph(graph))
+    return program.kernels[0]
+
+
+@pytest.fixture
+def schedule(monkeypatch):
+    """Lower matmuls with the GemmSchedule given to the returned function."""
+    def use(**params) -> gemm.GemmSchedule:
+        chosen = gemm.GemmSchedule(**params)
+        monkeypatch.setattr(gemm, "default_gemm_schedule", lambda g: chosen)
+        return chosen
+    return use
+
+
+# -- before and after ----------------------------------------------------------------------
+
+def test_plain_nest_is_matched() -> None:
+    ctx = LowerContext(matmul_graph((7, 13), (13, 5)).ops[-1])
+    plain = plain_matmul(ctx)
+    text = print_kernel(Kernel("plain", [*ctx.inputs, *ctx.outputs], plain, ctx.locals))
+    assert "%t0[] = add(%t0[], mul(%x0[%i0, %i2], %x1[%i2, %i1]))" in text
+    g = gemm.match_gemm(plain)
+    assert (g.row, g.m, g.col, g.n, g.k, g.depth, g.batch) == ("i0", 7, "i1", 5, "i2", 13, ())
+    assert g.a == Load("x0", (Var("i0"), Var("i2")), DType.f32)
+
+
+def test_match_finds_batch_and_vector_roles() -> None:
+    ctx = LowerContext(matmul_graph((2, 1, 3, 4), (4, 5)).ops[-1])
+    g = gemm.match_gemm(plain_matmul(ctx))
+    assert [e for _, e in g.batch] == [2, 1] and (g.m, g.n, g.depth) == (3, 5, 4)
+    ctx = LowerContext(matmul_graph((4,), (2, 4, 3)).ops[-1])
+    g = gemm.match_gemm(plain_matmul(ctx))
+    assert g.row is None and g.m == 1 and [e for _, e in g.batch] == [2] and g.n == 3
+    ctx = LowerContext(matmul_graph((3, 4), (4,)).ops[-1])
+    g = gemm.match_gemm(plain_matmul(ctx))
+    assert g.col is None and g.n == 1 and g.m == 3
+
+
+def test_schedule_after(schedule) -> None:
+    # 7 x 13 x 5 with 3 x 4 tiles, blocks of 6 rows and 8 columns, K in two passes.
+    schedule(mr=3, nr=4, kc=8, mc=6, nc=8, pack_a=True, parallel=2)
+    kernel = kernel_of(matmul_graph((7, 13), (13, 5)))
+    text = print_kernel(kernel)
+    assert print_kernel(parse_kernel(text)) == text
+    locals_ = {b.name: b.shape for b in kernel.locals}
+    assert (3, 4) in locals_.values()  # the register tile
+    assert (2, 7, 4) in locals_.values()  # B: 2 panels of 4 columns, 7 deep (13 = 7 + 6)
+    assert (2, 3, 7) in locals_.values()  # A: 2 tiles of 3 rows, rows of 7 (one chunk)
+    assert (2, 2, 2, 3, 4) in locals_.values()  # partial sums: 2 blocks of 2 tiles, 2 panels
+    loops = [s for s in kernel.walk() if isinstance(s, For)]
+    assert loops[0].kind == "serial"  # too little work for a thread team
+    kinds = {s.kind for s in loops}
+    assert {"unrolled", "vectorized"} <= kinds
+    fmas = [s for s in kernel.walk() if getattr(s, "value", None) is not None
+            and isinstance(s.value, Fma)]
+    assert len(fmas) == 1
+    stores = [s for s in kernel.walk() if getattr(s, "buffer", None) == "y0"]
+    assert len(stores) == 1  # the one store per element that a fused epilogue replaces
+    assert re.search(r"if eq\(%pc\d+, 1\)", text)  # only the last pass writes the output
+    x, y = data((7, 13)), data((13, 5))
+    program = verify_program(lower_graph(matmul_graph((7, 13), (13, 5))))
+    np.testing.assert_allclose(interp.run_program(program, [x, y])[0], x @ y, rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_one_tile_reads_b_in_place() -> None:
+    # A vector times a matrix: no packed B; the last panel (past N) reads B's last column.
+    kernel = kernel_of(matmul_graph((17,), (17, 20)))
+    assert [b.shape for b in kernel.locals] == [(), (1, 16)]
+    text = print_kernel(kernel)
+    assert "if le(add(mul(%jr" in text and "%x1[%k" in text and ", 19)]" in text
+
+
+def test_big_matmul_runs_on_a_team() -> None:
+    kernel = kernel_of(matmul_graph((256, 256), (256, 256)))
+    assert kernel.body[0].kind == "parallel"
+    assert not any(isinstance(s, For) and s.kind == "parallel" for s in walk_stmts(
+        kernel.body[0].body))
+
+
+@pytest.mark.parametrize("dtype", ["i32", "f64"])
+def test_int_and_f64_keep_the_plain_nest(dtype) -> None:
+    text = print_kernel(kernel_of(matmul_graph((4, 6), (6, 3), dtype)))
+    assert "fma(" not in text and "vectorized" not in text and "= add(" in text
+
+
+# -- values --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("a_shape, b_shape", [
+    ((1, 1), (1, 1)),
+    ((7, 13), (13, 5)),
+    ((65, 129), (129, 33)),
+    ((200, 300), (300, 100)),  # enough work for the thread team
+    ((3, 2, 5, 7), (7, 9)),  # batch rows fold into one matrix
+    ((2, 1, 5, 7), (3, 7, 20)),  # batch broadcast on both sides
+    ((4, 9, 17), (4, 17, 18)),  # batched B: one task per batch
+    ((17,), (17, 20)),  # vector @ matrix
+    ((20, 17), (17,)),  # matrix @ vector
+    ((17,), (17,)),  # dot
+    ((3, 17), (2, 17, 1)),
+])
+def test_values(a_shape, b_shape) -> None:
+    check_compiled(a_shape, b_shape)
+
+
+@pytest.mark.parametrize("dtype, rtol", [("f16", 2e-2), ("bf16", 5e-2)])
+def test_halves_compute_in_f32(dtype, rtol) -> None:
+    check_compiled((37, 45), (45, 50), dtype, rtol)
+    text = print_kernel(kernel_of(matmul_graph((37, 45), (45, 50), dtype)))
+    assert f"f32({'%x0'}[" in text  # A is widened once, into its copy
+
+
+def test_long_k_sums_passes() -> None:
+    check_compiled((9, 5000), (5000, 20), rtol=1e-4)  # K over the default kc: two passes
+
+
+@pytest.mark.parametrize("params", [
+    dict(mr=1, nr=1, kc=3, mc=1, nc=1),
+    dict(mr=3, nr=4, kc=8, mc=6, nc=8, pack_a=True, parallel=4),
+    dict(mr=4, nr=8, kc=16, mc=8, nc=16, pack_a=False),
+    dict(mr=6, nr=32, kc=17, mc=12, nc=64, pack_a=True),
+    dict(mr=8, nr=16, kc=1000, mc=96, nc=256, pack_a=False, parallel=1),
+])
+def test_schedules_agree(schedule, params) -> None:
+    schedule(**params)
+    for a_shape, b_shape in [((33, 41), (41, 19)), ((2, 3, 16), (16, 65)), ((70,), (70, 7))]:
+        check_compiled(a_shape, b_shape, rtol=1e-4)
+
+
+def test_fused_epilogue() -> None:
+    b = Builder("dense")
+    x, w, bias = b.input("x", "f32", (45, 70)), b.input("w", "f32", (70, 37)), \
+        b.input("b", "f32", (37,))
+    b.output(b.relu(b.add(b.matmul(x, w), bias)))
+    graph = b.build()
+    compiled = ember.compile(graph, config=CPU)
+    assert len(ember.explain(compiled).kernels) == 1
+    inputs = [data((45, 70)), data((70, 37)), data((37,))]
+    want = np.maximum(inputs[0] @ inputs[1] + inputs[2], 0)
+    np.testing.assert_allclose(compiled(*inputs)[0], want, rtol=1e-5, atol=1e-5)
+
+
+def test_micro_kernel_is_vector_fma() -> None:
+    if not {"avx2", "fma"} <= cpu.host_features():
+        pytest.skip("the host has no AVX2 and FMA")
+    program = verify_program(lower_graph(matmul_graph((64, 64), (64, 64))))
+    plan = plan_memory(program)
+    asm = cpu.assembly_text(program_module(program, plan))
+    assert re.search(r"vfmadd\d+ps\s+[^\n]*%[yz]mm", asm)
+
+
+# -- fma ---------------------------------------------------------------------------------------
+
+def test_fma_text_verify_and_interp() -> None:
+    text = """kernel @k(%x: f32[4], %y: f32[4]) {
+  for %i = 0 to 4 {
+    %y[%i] = fma(%x[%i], 2.0:f32, 1.0:f32)
+  }
+}
+"""
+    kernel = parse_kernel(text)
+    assert print_kernel(kernel) == text
+    verify_kernel(kernel)
+    with pytest.raises(VerificationError, match="fma of i32"):
+        verify_kernel(parse_kernel("kernel @k(%x: i32[4]) { %x[0] = fma(%x[1], %x[2], %x[3]) }"))
+    with pytest.raises(ParseError, match="fma takes 3 operands"):
+        parse_kernel("kernel @k(%x: f32[4]) { %x[0] = fma(%x[1], %x[2]) }")
+    program = parse_program(text + "program @p {\n  input %a: f32[4]\n  output %b: f32[4]\n"
+                            "  call @k(%a, %b)\n}\n")
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(interp.run_program(program, [x])[0], 2 * x + 1)
+
+
+# -- unrolled and vectorized loops ---------------------------------------------------------------
+
+def run(text: str, *arrays: np.ndarray) -> None:
+    kernel = verify_kernel(parse_kernel(text))
+    jit = cpu.compile_module(kernel_module([kernel]))
+    jit.kernel(kernel.name, len(arrays))(*(a.ctypes.data for a in arrays))
+
+
+def test_masked_vector_loop_and_unrolled_guard() -> None:
+    # Lanes past min(16, n) neither load nor store; rows past min(4, n) are skipped.
+    text = """kernel @k(%n: i64[], %x: f16[4,16], %y: f32[4,16]) {
+  for %i = 0 to min(4, %n[]) unrolled {
+    for %j = 0 to min(16, %n[]) vectorized {
+      %y[%i, %j] = fma(f32(%x[%i, %j]), 2.0:f32, f32(%j))
+    }
+  }
+}"""
+    for n in (0, 3, 16, 40):
+        x = data((4, 16), np.float16)
+        y = np.full((4, 16), -7, np.float32)
+        run(text, np.array(n, np.int64), x, y)
+        want = np.full((4, 16), -7, np.float32)
+        k = min(4, n)
+        want[:k, :min(16, n)] = (2 * x.astype(np.float32) + np.arange(16))[:k, :min(16, n)]
+        np.testing.assert_allclose(y, want, rtol=1e-6)
+
+
+def test_lane_private_local_gather_and_uniform_if() -> None:
+    text = """kernel @k(%x: f32[8,8], %flag: bool[], %y: f32[8], %last: f32[]) {
+  local %t: f32[]
+  for %j = 0 to 8 vectorized {
+    %t[] = add(%x[%j, 1], %x[2, %j])
+    if %flag[] {
+      %y[%j] = mul(%t[], %t[])
+    } else {
+      %y[%j] = neg(%t[])
+    }
+  }
+  %last[] = %t[]
+}"""
+    x = data((8, 8))
+    for flag in (True, False):
+        y, last = np.zeros(8, np.float32), np.zeros((), np.float32)
+        run(text, x, np.array(flag), y, last)
+        t = x[:, 1] + x[2, :]
+        np.testing.assert_allclose(y, t * t if flag else -t, rtol=1e-6)
+        assert last == t[-1]
+
+
+def test_vector_stores_of_every_storage_type() -> None:
+    # A uniform value rounded once (bf16, f16) and splat; an i64 lane index cast to f32; bool.
+    text = """kernel @k(%x: f32[], %y: bf16[8], %z: f16[8], %w: bool[8]) {
+  for %j = 0 to 8 vectorized {
+    %y[%j] = bf16(%x[])
+    %z[%j] = f16(%x[])
+    %w[%j] = gt(%x[], f32(%j))
+  }
+}"""
+    x = np.array(3.14159, np.float32)
+    y, z, w = np.zeros(8, ml_dtypes.bfloat16), np.zeros(8, np.float16), np.zeros(8, bool)
+    run(text, x, y, z, w)
+    assert (y == x.astype(ml_dtypes.bfloat16)).all() and (z == x.astype(np.float16)).all()
+    np.testing.assert_array_equal(w, np.arange(8) < x)
+
+
+@pytest.mark.parametrize("body, why", [
+    ("%y[%j] = %x[%j]\n %x[add(%j, 1)] = 1.0:f32", "read at another index"),
+    ("%x[0] = %y[%j]", "neither contiguous nor lane-private"),
+    ("if lt(%j, 3) { %y[%j] = 0.0:f32 }", "condition differs between lanes"),
+    ("%y[%j] = floor(mul(%x[%j], 0.5:f32))", "floor on f32 has no vector code"),
+    ("%y[%j] = %t[]\n %t[] = %x[%j]", "read before the lane stores it"),
+])
+def test_loops_that_run_serially(body, why) -> None:
+    text = f"""kernel @k(%x: f32[9], %y: f32[9]) {{
+  local %t: f32[]
+  %t[] = 5.0:f32
+  for %j = 0 to 8 vectorized {{
+    {body}
+  }}
+}}"""
+    kernel = parse_kernel(text)
+    loop = kernel.body[1]
+    reason = plan_vector(loop, {"t"})
+    assert isinstance(reason, str) and why in reason
+    # ... and the code is still right: a serial loop.
+    x, y = np.arange(9, dtype=np.float32), np.arange(9, dtype=np.float32) + 10
+    want_x, want_y = x.copy(), y.copy()
+    jit = cpu.compile_module(kernel_module([kernel]))
+    jit.kernel("k", 2)(x.ctypes.data, y.ctypes.data)
+    state = {"t": np.float32(5)}
+    for j in range(8):  # the serial meaning, in Python
+        exec_serial(body, want_x, want_y, j, state)
+    np.testing.assert_array_equal(x, want_x)
+    np.testing.assert_array_equal(y, want_y)
+
+
+def exec_serial(body: str, x: np.ndarray, y: np.ndarray, j: int, state: dict) -> None:
+    """The loop bodies of test_loops_that_run_serially, one iteration, in NumPy."""
+    for line in body.splitlines():
+        line = line.strip()
+        if line == "%y[%j] = %x[%j]":
+            y[j] = x[j]
+        elif line == "%x[add(%j, 1)] = 1.0:f32":
+            x[j + 1] = 1.0
+        elif line == "%x[0] = %y[%j]":
+            x[0] = y[j]
+        elif line.startswith("if lt(%j, 3)"):
+            if j < 3:
+                y[j] = 0.0
+        elif line == "%y[%j] = floor(mul(%x[%j], 0.5:f32))":
+            y[j] = np.floor(x[j] * np.float32(0.5))
+        elif line == "%y[%j] = %t[]":
+            y[j] = state["t"]
+        elif line == "%t[] = %x[%j]":
+            state["t"] = x[j]
+        else:
+            raise AssertionError(line)
+
+
+def test_unrolled_loop_is_copied() -> None:
+    kernel = verify_kernel(parse_kernel("""kernel @k(%x: f32[3], %y: f32[3]) {
+  for %i = 0 to 3 unrolled { %y[%i] = mul(%x[%i], 2.0:f32) }
+}"""))
+    ir = cpu.llvm_ir_text(kernel_module([kernel]), optimized=False)
+    assert "i.header" not in ir  # no loop: three copies of the body
+    assert Const(3) == kernel.body[0].stop
