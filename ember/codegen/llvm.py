@@ -132,7 +132,22 @@ class KernelEmitter:
         ptr, buf = self.element_ptr(s.buffer, s.index)
         if s.value.dtype is not buf.dtype:
             raise self.error(f"storing a {s.value.dtype} value into %{s.buffer}: {buf.dtype}")
-        store_scalar(self.b, self.expr(s.value), ptr, buf.dtype)
+        value = self.expr(s.value)
+        if self._accumulates(s) and isinstance(value, ir.Instruction) and \
+                value.opname in ("fadd", "fmul"):
+            # A float sum or product accumulated in a scalar local may be reassociated, so
+            # that LLVM vectorizes the reduction (several partial sums, combined at the end).
+            # The order changes the rounding, by as much as NumPy's pairwise sums differ
+            # from a sequential loop; the tests' tolerances allow it.
+            value.flags.extend(f for f in ("reassoc", "contract") if f not in value.flags)
+        store_scalar(self.b, value, ptr, buf.dtype)
+
+    def _accumulates(self, s: Store) -> bool:
+        """Whether `s` is `%acc[] = op(%acc[], term)` on a scalar local."""
+        value = s.value
+        return (s.buffer in self.local_names and not s.index and isinstance(value, Binary)
+                and value.op in ("add", "mul") and value.dtype.is_float
+                and isinstance(value.a, Load) and value.a.buffer == s.buffer)
 
     def for_(self, s: For) -> None:
         if s.step == 0:
