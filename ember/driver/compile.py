@@ -12,6 +12,7 @@ support run in eager PyTorch (with a warning) unless `strict=True`.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from collections import OrderedDict
@@ -26,9 +27,12 @@ from ember.graph.ir import Graph
 
 
 def compile(obj: Any, example_inputs: Any = None, *, config: Config | None = None,
-            strict: bool = False) -> Any:
-    """Compile a torch.nn.Module, an ONNX model (ModelProto, path or bytes) or a Graph."""
+            strict: bool = False, tune: bool | None = None) -> Any:
+    """Compile a torch.nn.Module, an ONNX model (ModelProto, path or bytes) or a Graph.
+    `tune=True` searches matmul schedules on this machine (see Config.tune)."""
     config = config or Config()
+    if tune is not None:
+        config = dataclasses.replace(config, tune=tune)
     if isinstance(obj, Graph):
         return CompiledGraph(obj, config)
     if _is_torch_module(obj):

@@ -48,11 +48,21 @@ def lower_to_program(graph: Graph, config: Config, timings: dict | None = None):
     optimized = PassManager(passes).run(clone_graph(graph))
     timings["graph passes"] = time.perf_counter() - start
     start = time.perf_counter()
-    with reproduced("lowering to loops", optimized, "python -m ember lower {input} -p ''"):
+    with reproduced("lowering to loops", optimized, "python -m ember lower {input} -p ''"), \
+            _tuning(config):
         program = verify_program(schedule_program(lower_graph(optimized)))
         plan = plan_memory(program)
     timings["lowering"] = time.perf_counter() - start
     return program, plan
+
+
+def _tuning(config: Config):
+    """The tuning database's winners (and the search for new shapes) in a tuned compile."""
+    if not config.tune:
+        return contextlib.nullcontext()
+    from ember.loops.tune import TuningDatabase, using_database
+
+    return using_database(TuningDatabase(), tune=True, budget_seconds=config.tune_budget)
 
 
 @contextlib.contextmanager

@@ -458,11 +458,14 @@ def apply_gemm(ctx, g: Gemm, schedule: GemmSchedule) -> list[Stmt]:
 
 
 def schedule_matmul(ctx, body: list[Stmt], schedule: GemmSchedule | None = None) -> list[Stmt]:
-    """`body` (a plain matmul nest) blocked by `schedule` (default: `default_gemm_schedule`),
-    or unchanged when it is not an f32-accumulating matmul with work in it."""
+    """`body` (a plain matmul nest) blocked by `schedule` (default: the tuned one when a tuned
+    compile is lowering, ember/loops/tune; else `default_gemm_schedule`), or unchanged when
+    it is not an f32-accumulating matmul with work in it."""
     g = match_gemm(body)
     if g is None or g.m * g.n * g.depth == 0 or any(e == 0 for _, e in g.batch):
         return body
     if g.a.dtype is not F32 or g.b.dtype is not F32:
         return body
-    return apply_gemm(ctx, g, schedule or default_gemm_schedule(g))
+    from ember.loops.tune.context import chosen_gemm_schedule
+
+    return apply_gemm(ctx, g, schedule or chosen_gemm_schedule(g) or default_gemm_schedule(g))

@@ -1,0 +1,186 @@
+"""Tuning the matmul schedule: candidates around the default (tile shape, blocks, parallel
+tasks), each compiled as a matmul of the kernel's shapes and timed in a worker process.
+
+A key names what the winner depends on: the batch extents, M, N, K, the dtype, whether B
+has batch dims, the CPU and the thread count. The search measures the default first, then
+candidates in random order until the budget is spent; a candidate that fails to build or
+crashes its worker is skipped (the worker is restarted).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import multiprocessing
+import random
+import sys
+import time
+from typing import Any
+
+from ember.loops.tune.database import TuningDatabase
+
+
+def _target() -> str:
+    import llvmlite.binding as llvm
+
+    from ember.codegen.cpu import default_num_threads
+
+    return f"{llvm.get_host_cpu_name()}/t{default_num_threads()}"
+
+
+def gemm_key(batch: tuple, m: int, n: int, depth: int, dtype: Any, b_batched: bool = False
+             ) -> str:
+    extents = "x".join(str(e) for _, e in batch) or "-"
+    name = getattr(dtype, "value", dtype)
+    return f"gemm/{extents}/{m}x{n}x{depth}/{name}/{'bb' if b_batched else 'b'}/{_target()}"
+
+
+def key_of(g: Any) -> str:
+    """The database key of matmul `g` (a Gemm)."""
+    from ember.loops.schedules.gemm import _variables
+
+    b_batched = bool(_variables(g.b) & {name for name, _ in g.batch})
+    return gemm_key(g.batch, g.m, g.n, g.depth, g.a.dtype, b_batched)
+
+
+def candidates(default: Any, lanes: int, seed: int = 0) -> list[Any]:
+    """The default first, then variations of it in random order."""
+    options = []
+    for mr in (4, 6, 8):
+        for nr in sorted({lanes, 2 * lanes}):
+            for mc in (48, 96, 192):
+                for nc in (128, 256, 512):
+                    for parallel in (2, 4, 8):
+                        options.append(dataclasses.replace(default, mr=mr, nr=nr, mc=mc - mc % mr,
+                                                           nc=nc - nc % nr, parallel=parallel))
+    random.Random(seed).shuffle(options)
+    return [default, *[o for o in options if o != default]]
+
+
+def _spec_graph(spec: dict):
+    from ember.graph.builder import Builder
+
+    b = Builder("tune_gemm")
+    batch = list(spec["batch"])
+    x = b.input("a", spec["dtype"], (*batch, spec["m"], spec["k"]))
+    w = b.input("b", spec["dtype"], ((*batch,) if spec["b_batched"] else ()) +
+                (spec["k"], spec["n"]))
+    b.output(b.matmul(x, w))
+    return b.build()
+
+
+class _OneSchedule:
+    """A database that answers every key with one schedule (for measuring it)."""
+
+    def __init__(self, schedule: dict):
+        self.record = {"schedule": schedule}
+
+    def get(self, key: str) -> dict:
+        return self.record
+
+
+def measure(spec: dict, schedule: dict, repeat: int = 5) -> float:
+    """Seconds per call of the matmul `spec` lowered with `schedule` (runs in a worker)."""
+    import numpy as np
+
+    from ember.loops.lower import lower_graph
+    from ember.loops.schedule import schedule_program
+    from ember.loops.tune.context import using_database
+    from ember.runtime.executable import compile_program
+
+    graph = _spec_graph(spec)
+    with using_database(_OneSchedule(schedule)):
+        program = schedule_program(lower_graph(graph))
+    run = compile_program(program)
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal(v.shape).astype(v.dtype.np) for v in graph.inputs]
+    out = [np.empty(v.shape, v.dtype.np) for v in graph.outputs]
+    run(*inputs, out=out)
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        run(*inputs, out=out)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _pool() -> concurrent.futures.ProcessPoolExecutor:
+    return concurrent.futures.ProcessPoolExecutor(
+        max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+
+
+def run_isolated(fn, *args, timeout: float = 120.0, pool=None) -> tuple[Any, str | None]:
+    """fn(*args) in a worker process: (result, None), or (None, why) when it raised, crashed
+    or ran out of time. The caller survives a crash of the worker."""
+    own = pool is None
+    pool = pool or _pool()
+    try:
+        return pool.submit(fn, *args).result(timeout=timeout), None
+    except concurrent.futures.process.BrokenProcessPool:
+        return None, "the worker process crashed"
+    except concurrent.futures.TimeoutError:
+        return None, f"timed out after {timeout:.0f} s"
+    except Exception as e:  # noqa: BLE001  (a candidate's failure is a result, not an error)
+        return None, f"{type(e).__name__}: {e}"
+    finally:
+        if own:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _progress(label: str, done: int, total: int, best: float | None) -> None:
+    if not sys.stderr.isatty() and done != total:
+        return  # a log, not a terminal: the final line only
+    width = 24
+    filled = int(width * done / max(total, 1))
+    best_text = f"best {1e3 * best:.3f} ms" if best is not None else ""
+    sys.stderr.write(f"\rtuning {label} [{'#' * filled}{'.' * (width - filled)}]"
+                     f" {done}/{total} {best_text}")
+    if done == total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+def tune_gemm(g: Any, db: TuningDatabase, budget_seconds: float = 10.0,
+              max_candidates: int = 24) -> dict:
+    """Search schedules for matmul `g` (a Gemm), store the winner in `db`; returns its
+    record ({"schedule", "seconds", "tried"})."""
+    from ember.codegen.cpu import host_features
+    from ember.loops.schedules.gemm import _variables, default_gemm_schedule
+
+    b_batched = bool(_variables(g.b) & {name for name, _ in g.batch})
+    key = key_of(g)
+    known = db.get(key)
+    if known is not None:
+        return known
+    spec = {"batch": [e for _, e in g.batch], "m": g.m, "n": g.n, "k": g.depth,
+            "dtype": g.a.dtype.value, "b_batched": b_batched}
+    lanes = 16 if "avx512f" in host_features() else 8
+    options = candidates(default_gemm_schedule(g), lanes)[:max_candidates]
+    label = f"matmul {'x'.join(map(str, spec['batch'])) + 'x' if spec['batch'] else ''}" \
+            f"{g.m}x{g.n}x{g.depth}"
+    best: tuple[float, Any] | None = None
+    tried = 0
+    deadline = time.perf_counter() + budget_seconds
+    pool = _pool()
+    try:
+        for schedule in options:
+            if tried and time.perf_counter() > deadline:
+                break
+            seconds, why = run_isolated(measure, spec, dataclasses.asdict(schedule),
+                                        pool=pool)
+            tried += 1
+            if why is not None and "crashed" in why:
+                pool.shutdown(wait=False, cancel_futures=True)
+                pool = _pool()
+            if seconds is not None and (best is None or seconds < best[0]):
+                best = (seconds, schedule)
+            if tried < len(options):
+                _progress(label, tried, len(options), best[0] if best else None)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    _progress(label, tried, tried, best[0] if best else None)  # the budget ends the search
+    if best is None:  # nothing built: keep the default, unmeasured
+        best = (float("nan"), options[0])
+    record = {"schedule": dataclasses.asdict(best[1]), "seconds": best[0], "tried": tried}
+    db.put(key, record)
+    return record
