@@ -4,7 +4,9 @@
     print(report)                     # kernels sorted by time, with totals
     report.kernels[0].ops             # ['conv', 'add', 'max']
 
-Each kernel row names the graph ops it computes (several when they were fused), the bytes
+Each kernel row names the graph ops it computes (several when they were fused; `origin`
+says where they came from), its schedule in brief (its parallel, unrolled and vectorized
+loops), the bytes
 its parameters span (what one call reads and writes at least) and its float operations
 (ember/loops/cost.py). With `measure=True` (the default) each kernel is also timed on its
 own, on scratch buffers of its parameters' shapes, and set against the roofline of this
@@ -30,6 +32,7 @@ class KernelInfo:
     origin: str  # the fused op (or op) and where it came from
     bytes: int
     flops: int = 0
+    schedule: str = ""  # its loop kinds in brief, e.g. "parallel 384, vectorized 16"
     seconds: float | None = None  # one call, measured (None when not measured)
     bound_seconds: float | None = None  # the roofline's time for this kernel
 
@@ -66,15 +69,15 @@ class Report:
 
     def __str__(self) -> str:
         measured = all(k.seconds is not None for k in self.kernels) and self.kernels
-        head = ["kernel", "graph ops", "bytes", "GFLOP"]
+        head = ["kernel", "graph ops", "schedule", "bytes", "GFLOP"]
         if measured:
             head += ["ms", "%", "GFLOP/s", "GB/s", "roofline"]
         total_time = sum(k.seconds or 0 for k in self.kernels)
         rows = []
         for k in self.kernels:
             ops = " + ".join(k.ops)
-            row = [k.name, ops if len(ops) <= 60 else ops[:57] + "...", _size(k.bytes),
-                   f"{k.flops / 1e9:.3f}"]
+            row = [k.name, ops if len(ops) <= 50 else ops[:47] + "...", k.schedule,
+                   _size(k.bytes), f"{k.flops / 1e9:.3f}"]
             if measured:
                 row += [f"{1e3 * k.seconds:.3f}", f"{100 * k.seconds / total_time:.1f}",
                         f"{k.gflops:.1f}", f"{k.gbs:.1f}", f"{100 * k.roofline:.0f}%"]
@@ -82,7 +85,7 @@ class Report:
         widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
 
         def line(cells) -> str:
-            return "  ".join(c.ljust(w) if i < 2 else c.rjust(w)
+            return "  ".join(c.ljust(w) if i < 3 else c.rjust(w)
                              for i, (c, w) in enumerate(zip(cells, widths)))
 
         out = [line(head), line(["-" * w for w in widths])] + [line(r) for r in rows]
@@ -118,7 +121,7 @@ def explain(compiled: Any, measure: bool = True, budget_seconds: float = 0.2) ->
     if table is None:
         raise EmberError("this executable carries no kernel table (built by an older Ember?)")
     kernels = [KernelInfo(k["name"], list(k["ops"]), k["origin"], int(k["bytes"]),
-                          int(k.get("flops", 0))) for k in table]
+                          int(k.get("flops", 0)), k.get("schedule", "")) for k in table]
     report = Report(kernels, dict(executable.notes.get("timings", {})))
     if not measure:
         return report

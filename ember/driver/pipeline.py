@@ -111,7 +111,7 @@ def build(graph: Graph, config: Config) -> Artifact:
 def kernel_table(program) -> list[dict]:
     """For each kernel: its name, the graph ops it computes, its parameters, the bytes they
     span (what one call reads and writes at least) and its float operations, for explain."""
-    from ember.loops.cost import flops, param_bytes
+    from ember.loops.cost import flops, param_bytes, schedule_summary
 
     table = []
     for kernel in program.kernels:
@@ -119,6 +119,7 @@ def kernel_table(program) -> list[dict]:
             else [kernel.origin.split(" ", 1)[0].removeprefix("graph.")]
         table.append({"name": kernel.name, "ops": ops, "origin": kernel.origin,
                       "bytes": param_bytes(kernel), "flops": flops(kernel),
+                      "schedule": schedule_summary(kernel),
                       "params": [[p.dtype.value, list(p.shape)] for p in kernel.params]})
     return table
 

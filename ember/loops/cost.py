@@ -48,6 +48,25 @@ def _stmts_flops(stmts: list[Stmt]) -> int:
     return total
 
 
+def schedule_summary(kernel: Kernel) -> str:
+    """The kernel's schedule in brief: its loop kinds other than serial, outermost first, with
+    their trip counts, e.g. "parallel 384, unrolled 6, vectorized 16" ("serial" if none)."""
+    seen: dict[str, int] = {}
+
+    def walk(stmts: list[Stmt]) -> None:
+        for s in stmts:
+            if isinstance(s, For):
+                if s.kind != "serial" and s.kind not in seen:
+                    seen[s.kind] = _trips(s)
+                walk(s.body)
+            elif isinstance(s, If):
+                walk(s.then)
+                walk(s.orelse)
+
+    walk(kernel.body)
+    return ", ".join(f"{kind} {trips}" for kind, trips in seen.items()) or "serial"
+
+
 def flops(kernel: Kernel) -> int:
     return _stmts_flops(kernel.body)
 

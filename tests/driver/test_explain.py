@@ -58,5 +58,6 @@ def test_explain_measures_each_kernel_against_the_roofline() -> None:
     # the blocked schedule computes padded tiles (rows up to a multiple of its tile) too.
     assert 16 * 8 * (2 * 32 + 2) <= matmul.flops <= 1.25 * 16 * 8 * (2 * 32 + 2)
     assert 0 < matmul.roofline <= 1.5 and report.total_seconds > 0
+    assert "vectorized" in matmul.schedule and "unrolled" in matmul.schedule  # the gemm tile
     text = str(report)
     assert "roofline" in text and "GFLOP/s" in text and "roofs:" in text
