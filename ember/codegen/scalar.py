@@ -26,7 +26,7 @@ from collections.abc import Callable
 import numpy as np
 from llvmlite import ir
 
-from ember.codegen import CodegenError
+from ember.codegen import CodegenError, vmath
 from ember.dtypes import DType
 
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
@@ -99,7 +99,9 @@ def call_libm(b: ir.IRBuilder, base: str, *xs: ir.Value) -> ir.Value:
     return b.call(declare(b, libm_name(base, ty), ty, [ty] * len(xs)), xs)
 
 
-# Names the tables below call through libm, directly or by LLVM lowering an intrinsic.
+# Names the tables below call through libm, directly or by LLVM lowering an intrinsic. For f32
+# (and f16/bf16, which compute in f32) exp, expm1, log, log1p, tanh and erf are inline
+# polynomials instead (`ember.codegen.vmath`); f64 keeps the C library.
 LIBM_FUNCTIONS = ("expm1", "log1p", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
                   "asinh", "acosh", "atanh", "erf")
 LOWERED_TO_LIBM = ("exp", "log", "sin", "cos", "pow", "fmod", "floor", "ceil", "trunc",
@@ -242,11 +244,24 @@ def _float_sign(b, t, x):
     return b.select(b.fcmp_ordered(">", x, zero), one, negative)
 
 
+# The C library's versions of the functions that vmath has: f64 uses them, and swapping them
+# into FLOAT_UNARY compares vmath with libm (speed, results).
+LIBM_UNARY: dict[str, Emit] = {
+    "exp": _intrinsic("llvm.exp"),
+    "log": _intrinsic("llvm.log"),
+    **{op: _libm(op) for op in ("expm1", "log1p", "tanh", "erf")},
+}
+
+
+def _vector_math(op: str) -> Emit:
+    """vmath's inline f32 code for `op` (vectorizable: no call), libm's for f64."""
+    inline, libm = vmath.FUNCTIONS[op], LIBM_UNARY[op]
+    return lambda b, t, x: inline(b, x) if x.type == F32 else libm(b, t, x)
+
+
 FLOAT_UNARY: dict[str, Emit] = {
     "neg": lambda b, t, x: b.fneg(x),
     "abs": _intrinsic("llvm.fabs"),
-    "exp": _intrinsic("llvm.exp"),
-    "log": _intrinsic("llvm.log"),
     "sin": _intrinsic("llvm.sin"),
     "cos": _intrinsic("llvm.cos"),
     "sqrt": _intrinsic("llvm.sqrt"),
@@ -255,7 +270,8 @@ FLOAT_UNARY: dict[str, Emit] = {
     "ceil": _intrinsic("llvm.ceil"),
     "trunc": _intrinsic("llvm.trunc"),
     "round": _intrinsic("llvm.roundeven"),
-    **{op: _libm(op) for op in LIBM_FUNCTIONS},
+    **{op: _libm(op) for op in LIBM_FUNCTIONS if op not in vmath.FUNCTIONS},
+    **{op: _vector_math(op) for op in vmath.FUNCTIONS},
     **{op: _libm_in_f64(op) for op in LIBM_F64_FUNCTIONS},
     "sign": _float_sign,
     "isnan": lambda b, t, x: b.fcmp_unordered("uno", x, x),
