@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from ember.codegen import scalar
+from ember.codegen import scalar, vmath
 from ember.codegen.scalar import I32, I64, declare, storage_type, value_type
 from ember.dtypes import DType
 from ember.loops.ir import (
@@ -172,6 +172,10 @@ def _vector_cast(src: DType, dst: DType) -> bool:
 
 def _no_vector_code(e: Expr) -> str | None:
     """Why lane-varying `e`'s own operation has no vector code here (None: it has)."""
+    if isinstance(e, Unary) and e.op in vmath.FUNCTIONS:
+        if value_type(e.a.dtype) == scalar.F32:  # f32, and halves computed in f32
+            return None
+        return f"{e.op} on {e.a.dtype} has no vector code (vector math is f32)"
     if isinstance(e, Unary) and (e.op, _family(e.a.dtype)) not in _UNARY or \
             isinstance(e, Binary) and (e.op, _family(e.a.dtype)) not in _BINARY:
         return f"{e.op} on {e.a.dtype} has no vector code"
@@ -450,6 +454,8 @@ class VectorBody:
             return self.intrinsic("llvm.fmuladd", *(self.splat(v) for v in values))
         if isinstance(e, Cast):
             return self.cast(e.a.dtype, e.dtype, values[0])
+        if isinstance(e, Unary) and e.op in vmath.FUNCTIONS:  # whole vectors of f32
+            return vmath.FUNCTIONS[e.op](b, values[0])
         if isinstance(e, Unary):
             return _UNARY[e.op, _family(e.a.dtype)](self, values[0])
         return _BINARY[e.op, _family(e.a.dtype)](self, e.a.dtype, *map(self.splat, values))

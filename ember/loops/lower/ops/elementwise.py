@@ -26,12 +26,16 @@ def reciprocal(ctx: LowerContext):
 @lowering("sigmoid")
 def sigmoid(ctx: LowerContext):
     dtype = ctx.inputs[0].dtype
-    one = ctx.const(1, dtype)
+    one, zero = ctx.const(1, dtype), ctx.const(0, dtype)
 
     def value(i):
-        # 1 / (1 + e^-x): exp overflows to inf for very negative x, giving exactly 0.
-        return Binary("div", one, Binary("add", one, Unary("exp", Unary("neg",
-                                                                        ctx.load(0, i)))))
+        # With e = exp(-|x|) (never overflows): 1 / (1 + e) for x >= 0, e / (1 + e) below,
+        # so that very negative x gives the tiny (denormal) value, not 0.
+        x = ctx.load(0, i)
+        e = Unary("exp", Unary("neg", Unary("abs", x)))
+        denominator = Binary("add", one, e)
+        return Select(Binary("ge", x, zero), Binary("div", one, denominator),
+                      Binary("div", e, denominator))
 
     return ctx.store_each(value)
 
