@@ -59,6 +59,7 @@ it. Integer and f64 matmuls keep the plain nest.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ember.dtypes import DType
@@ -128,6 +129,11 @@ class Gemm:
     b: Expr
     acc: str  # the scalar accumulator of the plain nest
     store: Store  # the plain nest's store of the result; its value reads %acc
+    # B's packing, when the operand has a cheaper form per panel than `b` (a conv's im2col
+    # gathers x with div/mod on the column): b_panel(values, col0, jj) is B at column
+    # col0 + jj, with `values` the batch and k variables' expressions, col0 uniform and jj
+    # the lane; it must stay in bounds for columns past N (those lanes are zeroed).
+    b_panel: Callable[[dict[str, Expr], Expr, Var], Expr] | None = None
 
 
 def _variables(e: Expr) -> set[str]:
@@ -325,6 +331,14 @@ class _Builder:
         def panel(jp: Expr, edge: bool) -> list[Stmt]:
             k, jj = self.var("k"), self.var("jj")
             col = j0 + jp * nr + jj
+            if g.b_panel is not None:
+                values = self.values(batch, Const(0), self.clamp_k(k0 + k), None)
+                value = g.b_panel(values, j0 + jp * nr, jj)
+                if edge:
+                    value = Select(binary("lt", col, g.n), value, Const(0.0, F32))
+                store = Store(self.bp.name, (jp, k, jj), value)
+                return [For(k, Const(0), Const(self.kc),
+                            [For(jj, Const(0), Const(nr), [store], 1, "vectorized")])]
             value = self.b_term(batch, self.clamp_k(k0 + k), col)
             if edge:  # the last panel: past N, zeros (the load stays in bounds)
                 inside = self.b_term(batch, self.clamp_k(k0 + k), _min(col, g.n - 1))

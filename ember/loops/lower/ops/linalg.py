@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from ember.dtypes import DType
 from ember.graph.ops.linalg import window_params
-from ember.loops.ir import Binary, Cast, Const, Expr, If, Load, Stmt, Store, Var
+from ember.loops.ir import Binary, Cast, Const, Expr, If, Load, Select, Stmt, Store, Var, binary
 from ember.loops.lower.core import LowerContext, lowering
-from ember.loops.schedules.gemm import schedule_matmul
+from ember.loops.schedules.gemm import Gemm, GemmSchedule, apply_gemm, schedule_matmul
 
 # -- shared helpers -----------------------------------------------------------------------
 
@@ -156,6 +157,82 @@ def _add_bias(ctx: LowerContext, value: Expr, channel: Expr) -> Expr:
 
 @lowering("conv")
 def conv(ctx: LowerContext):
+    """An f32 2-D conv with one group is a GEMM per image (implicit GEMM, `conv_gemm`);
+    other convs get the plain nest: per output element, a sum over (c, taps)."""
+    fast = conv_gemm(ctx)
+    return fast if fast is not None else plain_conv(ctx)
+
+
+def conv_gemm(ctx: LowerContext) -> list[Stmt] | None:
+    """The conv as out[n, m, p] = sum_k W[m, k] * col[n, k, p], blocked by the matmul
+    schedule, or None when it is not an f32 2-D conv with one group. k = (c, kh, kw) is
+    W's row-major layout and p = (oh, ow) the output's, so A is W read in place and C is
+    out[n] (M x P, contiguous); B is im2col, never stored: the schedule's packing of B
+    gathers it from x, with zeros for the padding (a select around a load at a clamped
+    position), so its packed panels are dense and the micro-kernel is the matmul's."""
+    x, w = ctx.inputs[:2]
+    out = ctx.outputs[0]
+    f32 = DType.f32
+    if (len(x.shape) != 4 or ctx.attrs["groups"] != 1
+            or any(b.dtype is not f32 for b in (*ctx.inputs, out))
+            or 0 in out.shape or 0 in w.shape[1:]):
+        return None
+    strides, pb, _, dilations = window_params(2, ctx.attrs["strides"], ctx.attrs["pads"],
+                                              ctx.attrs["dilations"])
+    nb, m_out, oh_n, ow_n = out.shape
+    c_in, kh_n, kw_n = w.shape[1:]
+    h, wd = x.shape[2:]
+    taps = kh_n * kw_n
+    n, m, p, k = ctx.var("n"), ctx.var("m"), ctx.var("p"), ctx.var("k")
+    c, kh, kw = (k // taps, (k // kw_n) % kh_n, k % kw_n) if taps > 1 else (k, 0, 0)
+    oh, ow = p // ow_n, p % ow_n
+    a = ctx.load(1, [m, c, kh, kw])
+    position, conds = [], []
+    for o, tap, size, o_n, k_n, s_, pb_, d_ in zip((oh, ow), (kh, kw), (h, wd), (oh_n, ow_n),
+                                                   (kh_n, kw_n), strides, pb, dilations):
+        pos = window_position(o, tap, s_, pb_, d_)
+        checks = position_checks(pos, size, -pb_, (o_n - 1) * s_ + (k_n - 1) * d_ - pb_)
+        if checks:  # read at the clamped position; the select gives 0 where it was outside
+            conds += checks
+            pos = binary("min", binary("max", pos, 0), size - 1)
+        position.append(pos)
+    b = ctx.load(0, [n, c, *position])
+    if conds:
+        b = Select(all_of(conds), b, Const(0.0, f32))
+    acc = accumulator(ctx)
+    store = store_result(ctx, [n, m, oh, ow], _add_bias(ctx, acc, m))
+    # A's index splits k into (c, kh, kw): copy its blocks once (k contiguous) instead of
+    # splitting k at every use in the micro-kernel.
+    schedule = GemmSchedule(pack_a=taps > 1)
+
+    def b_panel(values: dict[str, Expr], col0: Expr, jj: Var) -> Expr:
+        """B at column col0 + jj without a division on the lane (vector code has none):
+        the lane's row is col0's plus how many row ends it passes (at most nr), counted by
+        compares."""
+        image, kk = values[n.name], values[k.name]
+        cc, th, tw = (kk // taps, (kk // kw_n) % kh_n, kk % kw_n) if taps > 1 else (kk, 0, 0)
+        e = col0 % ow_n + jj
+        wraps = [Select(binary("ge", e, t * ow_n), Const(1), Const(0))
+                 for t in range(1, (ow_n + schedule.nr - 2) // ow_n + 1)]
+        q = sum(wraps[1:], wraps[0]) if wraps else Const(0)
+        row, col = col0 // ow_n + q, e - q * ow_n
+        at, inside = [], []
+        for o, tap, size, s_, pb_, d_ in zip((row, col), (th, tw), (h, wd), strides, pb,
+                                             dilations):
+            pos = window_position(o, tap, s_, pb_, d_)
+            inside += [Binary("ge", pos, Const(0)), Binary("lt", pos, Const(size))]
+            # Clamped with selects (integer min/max have no vector code); rows past the
+            # output (columns past N) are clamped too.
+            at.append(Select(Binary("lt", pos, Const(0)), Const(0),
+                             Select(Binary("ge", pos, Const(size)), Const(size - 1), pos)))
+        return Select(all_of(inside), ctx.load(0, [image, cc, *at]), Const(0.0, f32))
+
+    g = Gemm(((n.name, nb),), m.name, m_out, p.name, oh_n * ow_n, k.name,
+             c_in * taps, a, b, acc.buffer, store, b_panel)
+    return apply_gemm(ctx, g, schedule)
+
+
+def plain_conv(ctx: LowerContext) -> list[Stmt]:
     x, w = ctx.inputs[:2]
     out = ctx.outputs[0]
     nd = len(x.shape) - 2
