@@ -17,7 +17,9 @@ _FREE = {"eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor", "not", "isnan",
          "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shl", "shr", "abs", "neg"}
 
 
-def _trips(s: For) -> int:
+def trip_count(s: For) -> int:
+    """How many iterations `s` runs: exact for constant bounds, the block for a `min(c, e)`
+    stop (a blocked loop's tail), 1 when unknown."""
     stop = s.stop
     if isinstance(stop, Binary) and stop.op == "min" and isinstance(stop.a, Const):
         stop = stop.a  # a blocked loop's tail: at most the block
@@ -40,7 +42,7 @@ def _stmts_flops(stmts: list[Stmt]) -> int:
     total = 0
     for s in stmts:
         if isinstance(s, For):
-            total += _trips(s) * _stmts_flops(s.body)
+            total += trip_count(s) * _stmts_flops(s.body)
         elif isinstance(s, If):
             total += max(_stmts_flops(s.then), _stmts_flops(s.orelse))
         elif isinstance(s, Store):
@@ -57,7 +59,7 @@ def schedule_summary(kernel: Kernel) -> str:
         for s in stmts:
             if isinstance(s, For):
                 if s.kind != "serial" and s.kind not in seen:
-                    seen[s.kind] = _trips(s)
+                    seen[s.kind] = trip_count(s)
                 walk(s.body)
             elif isinstance(s, If):
                 walk(s.then)

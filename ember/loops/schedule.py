@@ -19,7 +19,20 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ember.errors import VerificationError
-from ember.loops.ir import Const, For, If, Kernel, Load, Program, Stmt, Store, Var, walk_expr
+from ember.loops.cost import trip_count
+from ember.loops.ir import (
+    Const,
+    For,
+    If,
+    Kernel,
+    Load,
+    Program,
+    Stmt,
+    Store,
+    Var,
+    walk_expr,
+    walk_stmts,
+)
 from ember.loops.verify import verify_kernel
 
 # About the work of one fork on this class of machine: below it, a team costs more than it
@@ -27,11 +40,8 @@ from ember.loops.verify import verify_kernel
 MIN_PARALLEL_WORK = 1 << 15
 
 
-def _trip_count(s: For) -> int | None:
-    if isinstance(s.start, Const) and isinstance(s.stop, Const):
-        return max(0, -(-(s.stop.value - s.start.value) // s.step)) if s.step > 0 else \
-            max(0, -(-(s.start.value - s.stop.value) // -s.step))
-    return None
+def _constant_bounds(s: For) -> bool:
+    return isinstance(s.start, Const) and isinstance(s.stop, Const)
 
 
 def work(stmts: list[Stmt]) -> int:
@@ -39,22 +49,12 @@ def work(stmts: list[Stmt]) -> int:
     total = 0
     for s in stmts:
         if isinstance(s, For):
-            total += (_trip_count(s) or 1) * work(s.body)
+            total += trip_count(s) * work(s.body)
         elif isinstance(s, If):
             total += max(work(s.then), work(s.orelse))
         else:
             total += 1
     return total
-
-
-def _statements(stmts: list[Stmt]):
-    for s in stmts:
-        yield s
-        if isinstance(s, For):
-            yield from _statements(s.body)
-        elif isinstance(s, If):
-            yield from _statements(s.then)
-            yield from _statements(s.orelse)
 
 
 def _expressions(s: Stmt):
@@ -71,7 +71,7 @@ def _expressions(s: Stmt):
 def independent(loop: For, locals_: set[str]) -> str | None:
     """None when `loop`'s iterations are independent; else why not."""
     stored, loaded = set(), set()
-    for s in _statements(loop.body):
+    for s in walk_stmts(loop.body):
         if isinstance(s, Store) and s.buffer not in locals_:
             stored.add(s.buffer)
             if not any(isinstance(i, Var) and i.name == loop.var.name for i in s.index):
@@ -130,7 +130,7 @@ def default_schedule(kernel: Kernel, min_work: int = MIN_PARALLEL_WORK) -> Kerne
         if not isinstance(top, For) or work([top]) < min_work:
             continue
         for loop in _candidates(top):
-            if (_trip_count(loop) or 0) < 2:
+            if trip_count(loop) < 2 or not _constant_bounds(loop):
                 continue
             try:
                 kernel = parallelize(kernel, loop)
