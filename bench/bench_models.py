@@ -152,7 +152,7 @@ def machine() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--models", default="mlp,resnet50,bert")
+    parser.add_argument("--models", default="mlp,bert,gpt2,resnet50,mobilenet_v2")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-record", action="store_true")
