@@ -32,7 +32,7 @@ def _graph_of(model: Any, example_inputs: Any) -> tuple[Graph, list[str] | None]
     if _is_torch_module(model):
         from ember.frontends.torch.export import export as torch_export
 
-        graph = torch_export(model.eval(), tuple(inputs))
+        graph = torch_export(model, tuple(inputs))  # in the mode the caller set (eval)
         return graph, [v.name or f"input{i}" for i, v in enumerate(graph.inputs)]
     if _is_onnx(model):
         from ember.frontends.onnx.importer import Importer, load_model
