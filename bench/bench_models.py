@@ -136,6 +136,16 @@ def bench(name: str, repeat: int, threads: int) -> dict:
             "compile": compile_s, "inductor": inductor_ms, "inductor_compile": inductor_compile}
 
 
+def record(table: str) -> None:
+    """Append a results table to docs/benchmarks.md (every bench script records here)."""
+    doc = ROOT / "docs" / "benchmarks.md"
+    if not doc.exists():
+        doc.write_text("# Benchmarks\n\nResults appended by `make bench`"
+                       " (bench/). Ratios matter, not absolute times.\n")
+    with doc.open("a") as f:
+        f.write("\n" + table)
+
+
 def machine() -> str:
     cpu = platform.machine()
     try:
@@ -178,12 +188,7 @@ def main() -> None:
     table = "\n".join(lines) + "\n"
     print(table)
     if not args.no_record:
-        doc = ROOT / "docs" / "benchmarks.md"
-        if not doc.exists():
-            doc.write_text("# Benchmarks\n\nResults appended by `make bench`"
-                           " (bench/bench_models.py). Ratios matter, not absolute times.\n")
-        with doc.open("a") as f:
-            f.write("\n" + table)
+        record(table)
 
 
 if __name__ == "__main__":

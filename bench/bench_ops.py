@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import ember  # noqa: E402
-from bench.bench_models import machine, median_ms  # noqa: E402
+from bench.bench_models import machine, median_ms, record  # noqa: E402
 
 
 def ort_session(model, threads: int):
@@ -179,8 +179,7 @@ def main() -> None:
     table = "\n".join(lines) + "\n"
     print(table)
     if not args.no_record:
-        with (ROOT / "docs" / "benchmarks.md").open("a") as f:
-            f.write("\n" + table)
+        record(table)
 
 
 if __name__ == "__main__":

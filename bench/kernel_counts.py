@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 import ember  # noqa: E402
-from bench.bench_models import make_model  # noqa: E402
+from bench.bench_models import make_model, record  # noqa: E402
 from ember.driver.pass_manager import PassManager  # noqa: E402
 from ember.frontends.torch.export import capture_program, import_program  # noqa: E402
 from ember.graph.ir import clone_graph  # noqa: E402
@@ -61,8 +61,7 @@ def main() -> None:
     table = "\n".join(lines) + "\n"
     print(table)
     if not args.no_record:
-        with (ROOT / "docs" / "benchmarks.md").open("a") as f:
-            f.write("\n" + table)
+        record(table)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ the element type); aligning to 64 bytes lets later vector code use aligned acces
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from llvmlite import ir
 
@@ -188,16 +188,7 @@ class KernelEmitter:
         b.position_at_end(done)
 
     def if_(self, s: If) -> None:
-        cond = self.condition(s.cond)
-        if not s.orelse:
-            with self.b.if_then(cond):
-                self.stmts(s.then)
-            return
-        with self.b.if_else(cond) as (then, orelse):
-            with then:
-                self.stmts(s.then)
-            with orelse:
-                self.stmts(s.orelse)
+        emit_if(self.b, self.condition(s.cond), s, self.stmts)
 
     STMT = {Store: store, For: for_, If: if_}
 
@@ -295,6 +286,21 @@ class KernelEmitter:
 
     EXPR = {Const: const, Var: var, Load: load, Unary: operation, Binary: operation,
             Select: operation, Fma: operation, Cast: operation, Bitcast: operation}
+
+
+def emit_if(b: ir.IRBuilder, cond: ir.Value, s: If,
+            stmts: Callable[[Sequence[Stmt]], None]) -> None:
+    """`s`'s branches under `cond`, each emitted by `stmts` (no else block when it has none);
+    shared by the scalar and the vector emitters."""
+    if not s.orelse:
+        with b.if_then(cond):
+            stmts(s.then)
+        return
+    with b.if_else(cond) as (then, orelse):
+        with then:
+            stmts(s.then)
+        with orelse:
+            stmts(s.orelse)
 
 
 def declare_kernel(module: ir.Module, kernel: Kernel) -> ir.Function:

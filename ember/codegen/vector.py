@@ -342,16 +342,10 @@ class VectorBody:
             if isinstance(st, Store):
                 self.store(st)
                 continue
-            cond = self.em.condition(st.cond)  # an If, uniform (plan_vector checked)
-            if not st.orelse:
-                with self.b.if_then(cond):
-                    self.stmts(st.then)
-                continue
-            with self.b.if_else(cond) as (then, orelse):
-                with then:
-                    self.stmts(st.then)
-                with orelse:
-                    self.stmts(st.orelse)
+            from ember.codegen.llvm import emit_if  # llvm imports this module
+
+            # An If, uniform (plan_vector checked).
+            emit_if(self.b, self.em.condition(st.cond), st, self.stmts)
 
     def store(self, st: Store) -> None:
         value = self.expr(st.value)

@@ -10,6 +10,8 @@ padding of blocked schedules included, not of the instructions run.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ember.loops.ir import Binary, Const, Fma, For, If, Kernel, Stmt, Store, Unary, walk_expr
 
 # Ops that are not arithmetic: comparisons, selections, bit logic.
@@ -38,15 +40,17 @@ def _expr_flops(value) -> int:
     return count
 
 
-def _stmts_flops(stmts: list[Stmt]) -> int:
+def weighted(stmts: list[Stmt], cost: Callable[[Stmt], int]) -> int:
+    """The sum of `cost` over the statements that are not loops or ifs, each times the trip
+    counts of the loops around it (an `if` counts as its costlier branch)."""
     total = 0
     for s in stmts:
         if isinstance(s, For):
-            total += trip_count(s) * _stmts_flops(s.body)
+            total += trip_count(s) * weighted(s.body, cost)
         elif isinstance(s, If):
-            total += max(_stmts_flops(s.then), _stmts_flops(s.orelse))
-        elif isinstance(s, Store):
-            total += _expr_flops(s.value)
+            total += max(weighted(s.then, cost), weighted(s.orelse, cost))
+        else:
+            total += cost(s)
     return total
 
 
@@ -70,7 +74,7 @@ def schedule_summary(kernel: Kernel) -> str:
 
 
 def flops(kernel: Kernel) -> int:
-    return _stmts_flops(kernel.body)
+    return weighted(kernel.body, lambda s: _expr_flops(s.value) if isinstance(s, Store) else 0)
 
 
 def param_bytes(kernel: Kernel) -> int:

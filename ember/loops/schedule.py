@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ember.errors import VerificationError
-from ember.loops.cost import trip_count
+from ember.loops.cost import trip_count, weighted
 from ember.loops.ir import (
     Const,
     For,
@@ -46,15 +46,7 @@ def _constant_bounds(s: For) -> bool:
 
 def work(stmts: list[Stmt]) -> int:
     """About how many statement executions `stmts` cost (unknown trip counts count 1)."""
-    total = 0
-    for s in stmts:
-        if isinstance(s, For):
-            total += trip_count(s) * work(s.body)
-        elif isinstance(s, If):
-            total += max(work(s.then), work(s.orelse))
-        else:
-            total += 1
-    return total
+    return weighted(stmts, lambda s: 1)
 
 
 def _expressions(s: Stmt):
