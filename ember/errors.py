@@ -46,3 +46,7 @@ class ParseError(EmberError):
 class CompileError(EmberError):
     """A compile stage after the graph passes (lowering, LLVM) failed; the message names the
     stage and where a reproducer was written."""
+
+
+class ScheduleError(EmberError):
+    """A schedule primitive that is illegal on the kernel given, or a malformed schedule."""

@@ -38,7 +38,7 @@ from ember.codegen.scalar import (
     storage_type,
     to_storage,
 )
-from ember.codegen.vector import emit_unrolled, emit_vectorized
+from ember.codegen.vector import emit_streaming, emit_unrolled, emit_vectorized, streaming_width
 from ember.dtypes import DType
 from ember.loops.ir import (
     INDEX,
@@ -104,6 +104,7 @@ class KernelEmitter:
                                        name=local.name)
             self.buffers[local.name] = (slot, local)
         self.local_names = {local.name for local in kernel.locals}
+        self.shapes = {b.name: b.shape for b in (*kernel.params, *kernel.locals)}
         self.vars: dict[str, ir.Value] = {}  # loop variable -> the i64 slot holding its value
         self.in_parallel = in_parallel  # inside an outlined parallel body: loops run serially
 
@@ -164,7 +165,11 @@ class KernelEmitter:
 
     def loop(self, s: For, start: ir.Value, stop: ir.Value) -> None:
         """`s`'s body run serially for its variable from `start` while it has not reached
-        `stop` (i64 values), by its step."""
+        `stop` (i64 values), by its step; a large elementwise loop with streaming stores
+        (`ember.codegen.vector.streaming_width`)."""
+        width = streaming_width(self, s)
+        if width and emit_streaming(self, s, width, start, stop):
+            return
         b = self.b
         counter = self.allocas.alloca(I64, name=s.var.name)
         b.store(start, counter)
@@ -324,10 +329,28 @@ def _check_names(names: list[str], module: str, entry: str | None = None) -> Non
 
 
 def _add_kernels(module: ir.Module, kernels: Sequence[Kernel]) -> dict[str, ir.Function]:
+    """Each kernel's function. Kernels that differ only in name and origin (a model's
+    repeated blocks: ResNet-50's 55 kernels are 30 distinct ones) are emitted once; each
+    copy is a call of the first, so LLVM optimizes and codegens each body once."""
     functions = {k.name: declare_kernel(module, k) for k in kernels}
+    first: dict[str, ir.Function] = {}
     for k in kernels:
-        KernelEmitter(functions[k.name], k).emit()
+        body = first.setdefault(_structure(k), functions[k.name])
+        if body is functions[k.name]:
+            KernelEmitter(body, k).emit()
+        else:
+            body.attributes.add("noinline")  # one body, not one per copy
+            b = ir.IRBuilder(functions[k.name].append_basic_block("entry"))
+            b.call(body, functions[k.name].args)
+            b.ret_void()
     return functions
+
+
+def _structure(kernel: Kernel) -> str:
+    """The kernel's loop-IR text without its name and origin: equal for identical code."""
+    from ember.loops.text import print_kernel
+
+    return print_kernel(Kernel("_", kernel.params, kernel.body, kernel.locals))
 
 
 def kernel_module(kernels: Sequence[Kernel], name: str = "kernels") -> ir.Module:

@@ -15,7 +15,10 @@ LLVM splits or widens the vectors to its registers, so a schedule picks W for it
 
 - a load whose index does not involve the lane variable `j` is one scalar load (uniform);
   one whose last index is `u + j` (u uniform) and whose other indices do not involve `j` is
-  one vector load of consecutive elements (contiguous); any other load is a gather;
+  one vector load of consecutive elements (contiguous); dimensions split by a flat position
+  count as one (`flatten_index`: [floordiv(p, D), mod(p, D)] is [p]); any other load is a
+  gather, its lane offsets computed on vectors when its index has vector code (one vector
+  GEP), else each lane's apart;
 - a store is contiguous, or writes a local at a uniform index at the top of the body that
   the body reads only after that store, at that index: such a local is a per-lane
   temporary held in a register (after the loop it holds the last active lane's value);
@@ -34,11 +37,17 @@ vector code here (exp, a bf16 store, ...), is emitted as a serial loop: `vectori
 schedule's request, and `plan_vector` says why it was not granted. LLVM's own loop
 vectorizer may still widen that serial loop (vmath's inline exp, tanh and erf are written
 for it).
+
+**Streaming stores.** A serial loop (or a thread's share of a parallel one) whose body is
+one store, contiguous in its variable, to an output of at least STREAMING_BYTES is run as
+serial iterations up to a cache line's start, then aligned non-temporal vectors of a line,
+then serial iterations for the rest, and a fence. The output bypasses the caches, which
+saves reading each line before it is written (`emit_streaming`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -140,9 +149,41 @@ def coefficient(e: Expr, name: str) -> int | None:
     return 0 if not any(isinstance(x, Var) and x.name == name for x in walk_expr(e)) else None
 
 
-def access_kind(index: Sequence[Expr], name: str) -> str:
+def flatten_index(index: Sequence[Expr], shape: Sequence[int]) -> list[Expr]:
+    """`index` with adjacent dimensions merged where the row-major address does not need
+    them apart: [.., floordiv(e, D), mod(e, D)] with D the last one's extent is [.., e]
+    (an output written by its flat position, as a convolution's (oh, ow)), and
+    [.., mod(floordiv(e, D), X), mod(e, D)] is [.., mod(e, X * D)] (a weight read by a
+    flat (c, kh, kw)). The merged index addresses the same element."""
+    dims = list(zip(index, shape))
+    merged = True
+    while merged:
+        merged = False
+        for d in range(len(dims) - 1):
+            (high, high_extent), (low, low_extent) = dims[d], dims[d + 1]
+            if not (isinstance(low, Binary) and low.op == "mod" and low.b == Const(low_extent)):
+                continue
+            e = low.a
+            if isinstance(high, Binary) and high.op == "floordiv" and high.a == e \
+                    and high.b == low.b:
+                one = e
+            elif isinstance(high, Binary) and high.op == "mod" and isinstance(high.b, Const) \
+                    and high.a == Binary("floordiv", e, low.b):
+                one = Binary("mod", e, Const(int(high.b.value) * low_extent))
+            else:
+                continue
+            dims[d:d + 2] = [(one, high_extent * low_extent)]
+            merged = True
+            break
+    return [i for i, _ in dims]
+
+
+def access_kind(index: Sequence[Expr], name: str, shape: Sequence[int] | None = None) -> str:
     """uniform, contiguous or gather: how the lanes of a vectorized loop over `name` see
-    an access at `index`."""
+    an access at `index` (of a buffer of `shape`, whose merged dimensions count as one:
+    `flatten_index`)."""
+    if shape is not None:
+        index = flatten_index(index, shape)
     coefs = [coefficient(i, name) for i in index]
     if all(c == 0 for c in coefs):
         return "uniform"
@@ -188,8 +229,11 @@ def _no_vector_code(e: Expr) -> str | None:
     return None
 
 
-def plan_vector(s: For, locals_: set[str]) -> VectorPlan | str:
-    """How to emit vectorized loop `s`, or why it cannot be (then it runs serially)."""
+def plan_vector(s: For, locals_: set[str],
+                shapes: Mapping[str, Sequence[int]] | None = None) -> VectorPlan | str:
+    """How to emit vectorized loop `s` (in a kernel whose buffers have `shapes`), or why it
+    cannot be (then it runs serially)."""
+    shapes = shapes or {}
     bound = trip_bound(s)
     if s.step != 1 or bound is None:
         return "its trip count has no constant bound"
@@ -214,15 +258,18 @@ def plan_vector(s: For, locals_: set[str]) -> VectorPlan | str:
         return varying[e]
 
     def check(e: Expr) -> str | None:
-        for x in walk_expr(e):
-            if isinstance(x, Load) and any(isinstance(y, Load) and y.buffer in lane_locals
-                                           for i in x.index for y in walk_expr(i)):
+        """Why `e` has no vector code. Indices need none: a uniform or contiguous access
+        computes lane 0's (scalar code), and a gather without it computes each lane's."""
+        if isinstance(e, Load):
+            if any(isinstance(y, Load) and y.buffer in lane_locals
+                   for i in e.index for y in walk_expr(i)):
                 return "an index reads a lane-private local"
-            if varies(x) and not isinstance(x, (Var, Load, Const)):
-                why = _no_vector_code(x)
-                if why:
-                    return why
-        return None
+            return None
+        if varies(e) and not isinstance(e, (Var, Const)):
+            why = _no_vector_code(e)
+            if why:
+                return why
+        return next(filter(None, map(check, operands(e))), None)
 
     stores: dict[str, set[tuple[Expr, ...]]] = {}
     for st in stmts:
@@ -232,10 +279,10 @@ def plan_vector(s: For, locals_: set[str]) -> VectorPlan | str:
             if varies(st.cond):
                 return "its body has an if whose condition differs between lanes"
             continue
-        why = check(st.value) or next(filter(None, map(check, st.index)), None)
+        why = check(st.value)
         if why:
             return why
-        kind = access_kind(st.index, name)
+        kind = access_kind(st.index, name, shapes.get(st.buffer))
         if st.buffer in lane_locals:
             if kind != "uniform" or st not in s.body:
                 return f"%{st.buffer} is stored both per lane and not"
@@ -282,8 +329,9 @@ class VectorBody:
     """Emits the body of one vectorized loop (checked by `plan_vector`) into the kernel
     emitter's current block; lane-uniform expressions go through its scalar code."""
 
-    def __init__(self, em: KernelEmitter, s: For, plan: VectorPlan):
+    def __init__(self, em: KernelEmitter, s: For, plan: VectorPlan, streaming: bool = False):
         self.em, self.b, self.loop, self.plan = em, em.b, s, plan
+        self.streaming = streaming  # stores to parameters are aligned, non-temporal vectors
         self.width = plan.width
         self.mask: ir.Value | None = None  # the active lanes, when the stop masks some
         self.count: ir.Value | None = None  # how many lanes are active, likewise
@@ -357,7 +405,12 @@ class VectorBody:
             self.splat(scalar.to_storage(self.b, value, buf.dtype))
         align = buf.dtype.itemsize
         if self.mask is None:
-            self.b.store(raw, self.b.bitcast(ptr, raw.type.as_pointer()), align=align)
+            streaming = self.streaming and st.buffer not in self.em.local_names
+            store = self.b.store(raw, self.b.bitcast(ptr, raw.type.as_pointer()),
+                                 align=self.width * align if streaming else align)
+            if streaming:
+                store.set_metadata("nontemporal",
+                                   self.b.module.add_metadata([ir.Constant(I32, 1)]))
             return
         fn = declare(self.b, f"llvm.masked.store.{_mangle(raw.type)}.p0", ir.VoidType(),
                      [raw.type, scalar.PTR, I32, self.mask.type])
@@ -387,10 +440,10 @@ class VectorBody:
     def load(self, e: Load) -> ir.Value:
         if e.buffer in self.lane_values:
             return self.lane_values[e.buffer]
-        kind = access_kind(e.index, self.loop.var.name)
+        buf = self.em.kernel.buffer(e.buffer)
+        kind = access_kind(e.index, self.loop.var.name, buf.shape)
         if kind == "uniform":
             return self.em.expr(e)
-        buf = self.em.kernel.buffer(e.buffer)
         t = self.vec(storage_type(buf.dtype))
         align = ir.Constant(I32, buf.dtype.itemsize)
         if kind == "contiguous":
@@ -403,20 +456,49 @@ class VectorBody:
                 raw = self.b.call(fn, [self.b.bitcast(ptr, scalar.PTR), align, self.mask,
                                        ir.Constant(t, None)])
             return self.from_storage(raw, buf.dtype)
-        # A gather: each lane's address from the index at its value of the loop variable.
-        pointers = ir.Constant(self.vec(scalar.PTR), ir.Undefined)
-        for k in range(self.width):
-            lane = Const(self.plan.start + k)
-            ptr, _ = self.em.element_ptr(e.buffer, [substitute(i, {self.loop.var.name: lane})
-                                                    for i in e.index])
-            pointers = self.b.insert_element(pointers, self.b.bitcast(ptr, scalar.PTR),
-                                             ir.Constant(I32, k))
+        pointers = self.gather_pointers(e.buffer, e.index)
         mask = self.mask if self.mask is not None else \
             ir.Constant(self.vec(ir.IntType(1)), [1] * self.width)
         fn = declare(self.b, f"llvm.masked.gather.{_mangle(t)}.{_mangle(pointers.type)}", t,
                      [pointers.type, I32, mask.type, t])
         raw = self.b.call(fn, [pointers, align, mask, ir.Constant(t, None)])
         return self.from_storage(raw, buf.dtype)
+
+    def gather_pointers(self, name: str, index: Sequence[Expr]) -> ir.Value:
+        """The lanes' element pointers for a gather: from the index computed on vectors
+        when it has vector code (the element offsets in one vector), else from each lane's
+        index computed apart (scalar code, once per lane)."""
+        b, var = self.b, self.loop.var.name
+        buf = self.em.kernel.buffer(name)
+        if all(_no_vector_code(x) is None for i in index for x in walk_expr(i)
+               if not isinstance(x, (Var, Const, Load)) and self.varies(x)):
+            offsets = None
+            for i, stride in zip(index, buf.strides):
+                term = self.splat(self.expr(i))
+                if stride != 1:
+                    term = b.mul(term, self.splat(ir.Constant(I64, stride)))
+                offsets = term if offsets is None else b.add(offsets, term)
+            if buf.numel < 2**31:  # 32-bit offsets: one gather instruction per 16 lanes
+                offsets = b.trunc(offsets, self.vec(I32))
+            base, _ = self.em.element_ptr(name, [Const(0)] * len(index))
+            # A scalar base with vector offsets: LLVM's vector GEP, <width x ptr>.
+            pointers = b.gep(base, [offsets], inbounds=True,
+                             source_etype=storage_type(buf.dtype))
+            pointers.type = self.vec(scalar.PTR)  # llvmlite types a GEP as its base
+            return pointers
+        pointers = ir.Constant(self.vec(scalar.PTR), ir.Undefined)
+        for k in range(self.width):
+            lane = Const(self.plan.start + k)
+            ptr, _ = self.em.element_ptr(name, [substitute(i, {var: lane}) for i in index])
+            pointers = b.insert_element(pointers, b.bitcast(ptr, scalar.PTR),
+                                        ir.Constant(I32, k))
+        return pointers
+
+    def varies(self, e: Expr) -> bool:
+        """Whether `e` differs between lanes."""
+        return any(isinstance(x, Var) and x.name == self.loop.var.name
+                   or isinstance(x, Load) and x.buffer in self.plan.lane_locals
+                   for x in walk_expr(e))
 
     def from_storage(self, raw: ir.Value, t: DType) -> ir.Value:
         """Loaded lanes as register values (scalar.from_storage, on vectors)."""
@@ -513,8 +595,100 @@ _BINARY: dict[tuple[str, str], Callable[..., ir.Value]] = {
 def emit_vectorized(em: KernelEmitter, s: For) -> str | None:
     """Emit vectorized loop `s` on vectors; returns why not (nothing emitted) when it
     cannot be."""
-    plan = plan_vector(s, em.local_names)
+    plan = plan_vector(s, em.local_names, em.shapes)
     if isinstance(plan, str):
         return plan
     VectorBody(em, s, plan).emit()
     return None
+
+
+# -- streaming stores ------------------------------------------------------------------------
+
+STREAMING_BYTES = 16 << 20  # an output this large is not read back from the caches
+STREAM_VECTOR_BYTES = 64  # a cache line: one aligned non-temporal vector store
+
+
+def streaming_width(em: KernelEmitter, s: For) -> int | None:
+    """The lanes of streaming-store vectors for serial loop `s`, or None when it is not a
+    streaming loop: a loop of step 1 whose body is one store, contiguous in the loop's
+    variable, to a parameter of at least STREAMING_BYTES, whose body vectorizes. Such a
+    loop is a large elementwise kernel (or a thread's share of one): its stores bypass the
+    caches (non-temporal), which saves reading each output line before writing it, a third
+    of the memory traffic of a copy."""
+    body = s.body
+    if s.step != 1 or len(body) != 1 or not isinstance(body[0], Store):
+        return None
+    store = body[0]
+    if store.buffer in em.local_names:
+        return None
+    buf = em.kernel.buffer(store.buffer)
+    if buf.nbytes < STREAMING_BYTES or STREAM_VECTOR_BYTES % buf.dtype.itemsize or \
+            access_kind(store.index, s.var.name, buf.shape) != "contiguous" or \
+            buf.dtype in (DType.bool, DType.bf16):
+        return None
+    return STREAM_VECTOR_BYTES // buf.dtype.itemsize
+
+
+def emit_streaming(em: KernelEmitter, s: For, width: int, start: ir.Value,
+                   stop: ir.Value) -> bool:
+    """Run `s` (see `streaming_width`) from `start` to `stop` in three parts: serial
+    iterations until the stored element is a cache line's start, aligned vectors of
+    `width` lanes stored non-temporally while whole ones fit, serial iterations for the
+    rest. Returns False (nothing emitted) when its body does not vectorize."""
+    lane = Var(f"{s.var.name}.lane")
+    at_lane = {s.var.name: s.var + lane}
+    vector = For(lane, Const(0), Const(width),
+                 [Store(st.buffer, tuple(substitute(i, at_lane) for i in st.index),
+                        substitute(st.value, at_lane)) for st in s.body], 1, "vectorized")
+    plan = plan_vector(vector, em.local_names, em.shapes)
+    if isinstance(plan, str):
+        return False
+    b = em.b
+    store = s.body[0]
+    counter = em.allocas.alloca(I64, name=s.var.name)
+    outer = em.vars.get(s.var.name)
+    em.vars[s.var.name] = counter
+    b.store(start, counter)
+
+    def serial(more: Callable[[ir.Value], ir.Value], name: str) -> None:
+        header = b.append_basic_block(f"{name}.header")
+        body = b.append_basic_block(f"{name}.body")
+        done = b.append_basic_block(f"{name}.done")
+        b.branch(header)
+        b.position_at_end(header)
+        b.cbranch(more(b.load(counter, typ=I64)), body, done)
+        b.position_at_end(body)
+        em.stmts(s.body)
+        b.store(b.add(b.load(counter, typ=I64), ir.Constant(I64, 1)), counter)
+        b.branch(header)
+        b.position_at_end(done)
+
+    def misaligned(i: ir.Value) -> ir.Value:
+        ptr, _ = em.element_ptr(store.buffer, store.index)
+        address = b.ptrtoint(ptr, I64)
+        off_line = b.icmp_unsigned("!=", b.and_(address, ir.Constant(I64, STREAM_VECTOR_BYTES - 1)),
+                                   ir.Constant(I64, 0))
+        return b.and_(b.icmp_signed("<", i, stop), off_line)
+
+    serial(misaligned, f"{s.var.name}.peel")
+    header = b.append_basic_block(f"{s.var.name}.stream.header")
+    body = b.append_basic_block(f"{s.var.name}.stream.body")
+    done = b.append_basic_block(f"{s.var.name}.stream.done")
+    b.branch(header)
+    b.position_at_end(header)
+    i = b.load(counter, typ=I64)
+    b.cbranch(b.icmp_signed("<=", b.add(i, ir.Constant(I64, width)), stop), body, done)
+    b.position_at_end(body)
+    VectorBody(em, vector, plan, streaming=True).emit()
+    b.store(b.add(b.load(counter, typ=I64), ir.Constant(I64, width)), counter)
+    b.branch(header)
+    b.position_at_end(done)
+    serial(lambda i: b.icmp_signed("<", i, stop), f"{s.var.name}.rest")
+    # Non-temporal stores are weakly ordered: fence them before the loop's results are
+    # used (by this thread's later code, or by another thread after the barrier).
+    b.fence("seq_cst")
+    if outer is None:
+        del em.vars[s.var.name]
+    else:
+        em.vars[s.var.name] = outer
+    return True

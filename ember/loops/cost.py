@@ -3,16 +3,32 @@ the bytes its parameters span.
 
 `flops(kernel)` counts, for every store, the float arithmetic of its value (a fused
 multiply-add counts two; loads, index arithmetic and integer ops count nothing), times the
-trip counts of the loops around it (a `min(c, e)` stop counts as c, other non-constant
-bounds count once; an `if` as its costlier branch). It is an estimate of the work done,
-padding of blocked schedules included, not of the instructions run.
+trip counts of the loops around it (bounds and conditions that follow from outer loops are
+evaluated at each of their values; a `min(c, e)` stop that does not counts as c, other
+unknown bounds once; an unknown `if` as its costlier branch). It is an estimate of the
+work done, padding of blocked schedules included, not of the instructions run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from ember.loops.ir import Binary, Const, Fma, For, If, Kernel, Stmt, Store, Unary, walk_expr
+from ember.dtypes import DType
+from ember.loops.ir import (
+    Binary,
+    Const,
+    Expr,
+    Fma,
+    For,
+    If,
+    Kernel,
+    Stmt,
+    Store,
+    Unary,
+    Var,
+    walk_expr,
+    walk_stmts,
+)
 
 # Ops that are not arithmetic: comparisons, selections, bit logic.
 _FREE = {"eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor", "not", "isnan", "isinf",
@@ -23,8 +39,8 @@ def trip_count(s: For) -> int:
     """How many iterations `s` runs: exact for constant bounds, the block for a `min(c, e)`
     stop (a blocked loop's tail), 1 when unknown."""
     stop = s.stop
-    if isinstance(stop, Binary) and stop.op == "min" and isinstance(stop.a, Const):
-        stop = stop.a  # a blocked loop's tail: at most the block
+    if isinstance(stop, Binary) and stop.op == "min":  # a blocked loop's tail: the block
+        stop = stop.a if isinstance(stop.a, Const) else stop.b
     if isinstance(s.start, Const) and isinstance(stop, Const):
         return len(range(s.start.value, stop.value, s.step))
     return 1
@@ -42,16 +58,79 @@ def _expr_flops(value) -> int:
 
 def weighted(stmts: list[Stmt], cost: Callable[[Stmt], int]) -> int:
     """The sum of `cost` over the statements that are not loops or ifs, each times the trip
-    counts of the loops around it (an `if` counts as its costlier branch)."""
-    total = 0
-    for s in stmts:
-        if isinstance(s, For):
-            total += trip_count(s) * weighted(s.body, cost)
-        elif isinstance(s, If):
-            total += max(weighted(s.then, cost), weighted(s.orelse, cost))
-        else:
-            total += cost(s)
-    return total
+    counts of the loops around it. Bounds and conditions that depend on outer loops are
+    evaluated at each of their values (a blocked nest's tails count what they run), within
+    ENUMERATION_BUDGET iterations; past it, or where a bound reads memory, a loop counts
+    `trip_count` iterations and an `if` its costlier branch."""
+    return _Weigher(cost).block(stmts, {})
+
+
+ENUMERATION_BUDGET = 1 << 16  # loop iterations visited one by one, per estimate
+
+
+class _Weigher:
+    def __init__(self, cost: Callable[[Stmt], int]):
+        self.cost = cost
+        self.budget = ENUMERATION_BUDGET
+        self.control: dict[int, set[str]] = {}  # id(stmt) -> variables its body's control reads
+
+    def block(self, stmts: list[Stmt], env: dict[str, int]) -> int:
+        total = 0
+        for s in stmts:
+            if isinstance(s, For):
+                total += self.loop(s, env)
+            elif isinstance(s, If):
+                cond = evaluate(s.cond, env)
+                if cond is None:
+                    total += max(self.block(s.then, env), self.block(s.orelse, env))
+                else:
+                    total += self.block(s.then if cond else s.orelse, env)
+            else:
+                total += self.cost(s)
+        return total
+
+    def loop(self, s: For, env: dict[str, int]) -> int:
+        start, stop = evaluate(s.start, env), evaluate(s.stop, env)
+        if start is None or stop is None:
+            return trip_count(s) * self.block(s.body, env)
+        values = range(start, stop, s.step)
+        if s.var.name in self.controls(s) and len(values) <= self.budget:
+            self.budget -= len(values)
+            return sum(self.block(s.body, {**env, s.var.name: v}) for v in values)
+        return len(values) * self.block(s.body, env)
+
+    def controls(self, s: For) -> set[str]:
+        """The variables that bounds and conditions inside `s` read."""
+        if id(s) not in self.control:
+            names: set[str] = set()
+            for inner in walk_stmts(s.body):
+                exprs = [inner.start, inner.stop] if isinstance(inner, For) else \
+                    [inner.cond] if isinstance(inner, If) else []
+                names |= {x.name for e in exprs for x in walk_expr(e) if isinstance(x, Var)}
+            self.control[id(s)] = names
+        return self.control[id(s)]
+
+
+_EVALUATE = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+             "floordiv": lambda a, b: a // b if b else None,
+             "mod": lambda a, b: a % b if b else None, "min": min, "max": max,
+             "eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
+             "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
+             "and": lambda a, b: a and b, "or": lambda a, b: a or b}
+
+
+def evaluate(e: Expr, env: dict[str, int]) -> int | bool | None:
+    """An integer or bool expression's value from constants and the loop variables in
+    `env`, or None when it needs anything else (memory, other variables, floats)."""
+    if isinstance(e, Const):
+        return e.value if e.dtype.is_int or e.dtype is DType.bool else None
+    if isinstance(e, Var):
+        return env.get(e.name)
+    if isinstance(e, Binary) and e.op in _EVALUATE:
+        a = evaluate(e.a, env)
+        b = evaluate(e.b, env) if a is not None else None
+        return None if b is None else _EVALUATE[e.op](a, b)
+    return None
 
 
 def schedule_summary(kernel: Kernel) -> str:

@@ -6,6 +6,10 @@ Values of compiled convs against torch.nn.functional.conv2d on odd shapes (1x1, 
 padding, 7x7 stride 2, dilation, non-square inputs and kernels, batches, with and without
 bias, channels that are not a multiple of the tile), the nest's shape (a packed, register-
 blocked, parallel GEMM), and a fused epilogue through ember.compile.
+
+Depthwise convs (`depthwise_conv`: a zero-padded plane per channel, vectors of output
+columns) likewise: strides, dilations, asymmetric pads, widths below, at and past a vector,
+batches, bias and a fused clip (MobileNet's ReLU6).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import ember
 from ember import Builder
 from ember.loops.ir import Fma, For, Select, walk_expr, walk_stmts
 from ember.loops.lower import lower_graph
+from ember.loops.schedule import schedule_program
 
 RNG = np.random.default_rng(11)
 CPU = ember.Config(executor="cpu", disk_cache=False)
@@ -105,3 +110,55 @@ def test_conv_epilogue_through_compile() -> None:
     got = ember.compile(b.build(), config=CPU)(xs, ws, bs, ss)[0]
     want = np.maximum(torch_conv(xs, ws, bs, (2, 2), (1, 1, 1, 1), (1, 1)) + ss, 0)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+# -- depthwise ----------------------------------------------------------------------------------
+
+DEPTHWISE = [  # x shape, kernel, bias, strides, pads (h0, w0, h1, w1), dilations
+    ((1, 8, 9, 9), (3, 3), True, (1, 1), (1, 1, 1, 1), (1, 1)),
+    ((1, 5, 14, 14), (3, 3), False, (2, 2), (1, 1, 1, 1), (1, 1)),  # stride 2
+    ((2, 3, 20, 37), (5, 5), True, (1, 1), (2, 2, 2, 2), (1, 1)),  # past two vectors
+    ((1, 4, 11, 16), (3, 3), False, (1, 1), (2, 2, 2, 2), (2, 2)),  # dilation
+    ((1, 6, 7, 7), (3, 3), True, (1, 1), (0, 1, 2, 0), (1, 1)),  # asymmetric pads
+    ((1, 3, 6, 40), (1, 3), False, (1, 3), (0, 0, 0, 0), (1, 1)),  # no pad, stride 3
+]
+
+
+@pytest.mark.parametrize("x_shape, kernel, bias, strides, pads, dilations", DEPTHWISE)
+def test_depthwise_values_against_torch(x_shape, kernel, bias, strides, pads,
+                                        dilations) -> None:
+    channels = x_shape[1]
+    w_shape = (channels, 1, *kernel)
+    graph = conv_graph(x_shape, w_shape, bias, strides, pads, dilations, channels)
+    x, w = data(*x_shape), data(*w_shape)
+    args = [x, w] + ([data(channels)] if bias else [])
+    got = ember.compile(graph, config=CPU)(*args)[0]
+    want = torch_conv(x, w, args[2] if bias else None, strides, pads, dilations, channels)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_depthwise_nest_reads_a_padded_plane_in_vectors() -> None:
+    graph = conv_graph((1, 32, 28, 28), (32, 1, 3, 3), True, (1, 1), (1, 1, 1, 1), (1, 1), 32)
+    (kernel,) = schedule_program(lower_graph(graph)).kernels  # parallel by the default
+    loops = [s for s in walk_stmts(kernel.body) if isinstance(s, For)]
+    assert {"parallel", "vectorized", "unrolled"} <= {loop.kind for loop in loops}
+    plane = max(kernel.locals, key=lambda b: b.numel)
+    # Padded rows times the columns two vectors read, rounded up to whole vectors.
+    assert plane.numel == -(-30 * (2 * 16 + 2) // 16) * 16
+    # The taps read the plane, never x under a test: no selects in the sums.
+    exprs = [e for s in walk_stmts(kernel.body) for e in _exprs(s)]
+    assert any(isinstance(e, Fma) for e in exprs)
+    assert not any(isinstance(e, Select) for e in exprs)
+
+
+def test_depthwise_with_fused_clip() -> None:
+    b = Builder("dw")
+    x, w = b.input("x", "f32", (1, 16, 13, 13)), b.input("w", "f32", (16, 1, 3, 3))
+    y = b.conv(x, w, strides=(2, 2), pads=(1, 1, 1, 1), groups=16)
+    b.output(b.clip(y, min=0.0, max=6.0))
+    xs, ws = data(1, 16, 13, 13) * 4, data(16, 1, 3, 3)
+    compiled = ember.compile(b.build(), config=CPU)
+    assert len(ember.explain(compiled).kernels) == 1
+    want = np.clip(torch_conv(xs, ws, None, (2, 2), (1, 1, 1, 1), (1, 1), 16), 0, 6)
+    np.testing.assert_allclose(compiled(xs, ws)[0], want, rtol=1e-5, atol=1e-5)

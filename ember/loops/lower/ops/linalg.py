@@ -16,7 +16,21 @@ from collections.abc import Callable, Sequence
 
 from ember.dtypes import DType
 from ember.graph.ops.linalg import window_params
-from ember.loops.ir import Binary, Cast, Const, Expr, If, Load, Select, Stmt, Store, Var, binary
+from ember.loops.ir import (
+    Binary,
+    Cast,
+    Const,
+    Expr,
+    Fma,
+    For,
+    If,
+    Load,
+    Select,
+    Stmt,
+    Store,
+    Var,
+    binary,
+)
 from ember.loops.lower.core import LowerContext, lowering
 from ember.loops.schedules.gemm import Gemm, GemmSchedule, apply_gemm, schedule_matmul
 
@@ -157,9 +171,10 @@ def _add_bias(ctx: LowerContext, value: Expr, channel: Expr) -> Expr:
 
 @lowering("conv")
 def conv(ctx: LowerContext):
-    """An f32 2-D conv with one group is a GEMM per image (implicit GEMM, `conv_gemm`);
-    other convs get the plain nest: per output element, a sum over (c, taps)."""
-    fast = conv_gemm(ctx)
+    """An f32 2-D conv with one group is a GEMM per image (implicit GEMM, `conv_gemm`); a
+    depthwise one sums its taps on vectors of output columns (`depthwise_conv`); other
+    convs get the plain nest: per output element, a sum over (c, taps)."""
+    fast = conv_gemm(ctx) or depthwise_conv(ctx)
     return fast if fast is not None else plain_conv(ctx)
 
 
@@ -227,9 +242,107 @@ def conv_gemm(ctx: LowerContext) -> list[Stmt] | None:
                              Select(Binary("ge", pos, Const(size)), Const(size - 1), pos)))
         return Select(all_of(inside), ctx.load(0, [image, cc, *at]), Const(0.0, f32))
 
+    # A 1x1 conv with stride 1 and no padding reads B = x[n] as it lies (K x P, rows
+    # contiguous): its panels are packed from vector loads, no gather needed.
+    direct = taps == 1 and not conds and all(s_ == 1 for s_ in strides)
     g = Gemm(((n.name, nb),), m.name, m_out, p.name, oh_n * ow_n, k.name,
-             c_in * taps, a, b, acc.buffer, store, b_panel)
+             c_in * taps, a, b, acc.buffer, store, None if direct else b_panel)
     return apply_gemm(ctx, g, schedule)
+
+
+DEPTHWISE_LANES = 16  # output columns per vector: one AVX-512 or two AVX2 registers
+MAX_DEPTHWISE_PLANE = 1 << 16  # floats (256 KiB) of padded plane, on each thread's stack
+
+
+def depthwise_conv(ctx: LowerContext) -> list[Stmt] | None:
+    """An f32 2-D depthwise conv (one input channel per output channel), or None for any
+    other conv. Per (image, channel), the channel is first copied into a zero-padded local
+    plane, so that every tap reads in bounds with no test; then per output row, a vector
+    of output columns sums the taps in a register-held local:
+
+        for %nc = 0 to N * C {                            (parallel, by the default schedule)
+          %pad = 0;  %pad[ih + pt, pl + iw] = x[n, c, ih, iw]
+          for %oh = 0 to OH { for %ow0 = 0 to ceil(OW / L) {
+            for %jj = 0 to L vectorized { %acc[%jj] = 0.0 }
+            for %kh unrolled { for %kw unrolled { for %jj = 0 to L vectorized {
+              %acc[%jj] = fma(%pad[oh * s + kh * d, (ow0 * L + jj) * s + kw * d],
+                              w[c, 0, kh, kw], %acc[%jj])
+            } } }
+            for %jj = 0 to min(L, OW - ow0 * L) vectorized {
+              out[n, c, oh, ow0 * L + jj] = %acc[%jj] (+ bias) }
+          } }
+        }
+
+    At stride 1 each tap is one vector load. The lanes past the row's end (in its last
+    block) read the plane's zero columns and are not stored. A plane too large for a
+    thread's stack keeps the plain nest."""
+    x, w = ctx.inputs[:2]
+    out = ctx.outputs[0]
+    f32 = DType.f32
+    if (len(x.shape) != 4 or ctx.attrs["groups"] == 1 or ctx.attrs["groups"] != x.shape[1]
+            or w.shape[0] != x.shape[1] or w.shape[1] != 1
+            or any(b.dtype is not f32 for b in (*ctx.inputs, out)) or 0 in out.shape):
+        return None
+    (sh, sw), (pt, pl), _, (dh, dw) = window_params(2, ctx.attrs["strides"],
+                                                    ctx.attrs["pads"], ctx.attrs["dilations"])
+    nb, channels, oh_n, ow_n = out.shape
+    kh_n, kw_n = w.shape[2:]
+    h, wd = x.shape[2:]
+    lanes = min(DEPTHWISE_LANES, ow_n)
+    blocks = (ow_n + lanes - 1) // lanes
+    # The plane's rows and columns: what the taps of every (padded) output position read.
+    rows = (oh_n - 1) * sh + (kh_n - 1) * dh + 1
+    cols = (blocks * lanes - 1) * sw + (kw_n - 1) * dw + 1
+    if rows * cols > MAX_DEPTHWISE_PLANE:
+        return None
+    # The plane rounded up to whole vectors, so that zeroing it is loops of constant
+    # trips: a write the verifier sees (locals are private to each parallel iteration).
+    plane = (rows * cols + lanes - 1) // lanes * lanes
+    pad, acc = ctx.local(f32, (plane,)), ctx.local(f32, (lanes,))
+    nc, oh, ow0, kh, kw = (ctx.var(v) for v in ("nc", "oh", "ow0", "kh", "kw"))
+    n, c = (nc // channels, nc % channels) if nb > 1 else (Const(0), nc)
+    col0 = ow0 * lanes
+
+    def vector_loop(count: Expr, body: Callable[[Var], list[Stmt]]) -> For:
+        jj = ctx.var("jj")
+        return For(jj, Const(0), count, body(jj), 1, "vectorized")
+
+    def chunks(total: int, body: Callable[[Expr], list[Stmt]]) -> list[Stmt]:
+        """body(position) for positions 0 .. total - 1, in vectors of `lanes`."""
+        q = ctx.var("q")
+        count = binary("min", Const(lanes), binary("sub", total, q * lanes)) \
+            if total % lanes else Const(lanes)
+        loop = vector_loop(count, lambda jj: body(q * lanes + jj))
+        return [For(q, Const(0), Const((total + lanes - 1) // lanes), [loop])]
+
+    zero = chunks(plane, lambda i: [Store(pad.name, (i,), Const(0.0, f32))])
+    # Input rows and columns that land in the plane (the rest are never read).
+    first_row, last_row = max(0, -pt), min(h, rows - pt)
+    width = min(wd, cols - pl)
+    ih = ctx.var("ih")
+    copy = [For(ih, Const(first_row), Const(last_row), chunks(width, lambda iw: [
+        Store(pad.name, ((ih + pt) * cols + pl + iw,), ctx.load(0, [n, c, ih, iw]))]))]
+
+    def tap(jj: Var) -> list[Stmt]:
+        at = (oh * sh + kh * dh) * cols + (col0 + jj) * sw + kw * dw
+        value = Fma(Load(pad.name, (at,), f32), ctx.load(1, [c, 0, kh, kw]),
+                    Load(acc.name, (jj,), f32))
+        return [Store(acc.name, (jj,), value)]
+
+    # Every lane runs but the store's: constant trips keep the accumulator in registers,
+    # and it is written before it is read in each iteration, which makes the outer loops
+    # parallel (locals are private to each thread).
+    full = Const(lanes)
+    stop = binary("min", full, binary("sub", ow_n, col0)) if ow_n % lanes else full
+    body = [vector_loop(full, lambda jj: [Store(acc.name, (jj,), Const(0.0, f32))]),
+            For(kh, Const(0), Const(kh_n),
+                [For(kw, Const(0), Const(kw_n), [vector_loop(full, tap)], 1, "unrolled")],
+                1, "unrolled"),
+            vector_loop(stop, lambda jj: [store_result(
+                ctx, [n, c, oh, col0 + jj], _add_bias(ctx, Load(acc.name, (jj,), f32), c))])]
+    return [For(nc, Const(0), Const(nb * channels),
+                [*zero, *copy, For(oh, Const(0), Const(oh_n),
+                                   [For(ow0, Const(0), Const(blocks), body)])])]
 
 
 def plain_conv(ctx: LowerContext) -> list[Stmt]:

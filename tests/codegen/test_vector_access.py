@@ -1,0 +1,176 @@
+"""How vector code reaches memory (ember/codegen/vector.py) and how a program's kernels
+become functions (ember/codegen/llvm.py):
+
+- merged dimensions: an access [.., floordiv(e, D), mod(e, D)] of a buffer whose last
+  extent is D is contiguous in e (`flatten_index`), so a conv's output written by its flat
+  position is one vector store;
+- gathers whose index has vector code compute their lane offsets on vectors (one vector
+  GEP), others each lane's index apart; both give the serial loop's values;
+- streaming stores: a large elementwise loop peels to a cache line, stores aligned
+  non-temporal vectors, and finishes serially, for any alignment of the output;
+- identical kernels are emitted once, the copies calling the first.
+"""
+
+from __future__ import annotations
+
+import platform
+
+import numpy as np
+import pytest
+
+from ember.codegen import cpu
+from ember.codegen.llvm import kernel_module, program_module
+from ember.codegen.vector import STREAMING_BYTES, VectorPlan, flatten_index, plan_vector
+from ember.loops.ir import Binary, Const, Var
+from ember.loops.text import parse_kernel, parse_program
+from ember.loops.verify import verify_kernel
+
+RNG = np.random.default_rng(5)
+X86 = platform.machine() in ("x86_64", "AMD64")
+
+
+def run(text: str, *arrays: np.ndarray) -> cpu.JitModule:
+    kernel = verify_kernel(parse_kernel(text))
+    jit = cpu.compile_module(kernel_module([kernel]))
+    jit.kernel(kernel.name, len(arrays))(*(a.ctypes.data for a in arrays))
+    return jit
+
+
+# -- merged dimensions ---------------------------------------------------------------------------
+
+def test_flatten_index_merges_quotient_and_remainder() -> None:
+    e = Var("p") + 3
+    assert flatten_index([Var("n"), Binary("floordiv", e, Const(7)),
+                          Binary("mod", e, Const(7))], (2, 5, 7)) == [Var("n"), e]
+    # (k // 9, (k // 3) % 3, k % 3) over extents (c, 3, 3): one index, k.
+    k = Var("k")
+    index = [Binary("floordiv", k, Const(9)),
+             Binary("mod", Binary("floordiv", k, Const(3)), Const(3)), Binary("mod", k, Const(3))]
+    assert flatten_index(index, (4, 3, 3)) == [k]
+    # A divisor that is not the extent of the dimension below is not a row-major split.
+    kept = [Binary("floordiv", e, Const(7)), Binary("mod", e, Const(7))]
+    assert flatten_index(kept, (5, 8)) == kept
+
+
+def test_store_by_flat_position_is_one_vector_store() -> None:
+    text = """kernel @k(%x: f32[2,21], %y: f32[2,3,7]) {
+  for %n = 0 to 2 {
+    for %b = 0 to 2 {
+      for %j = 0 to min(16, sub(21, mul(%b, 16))) vectorized {
+        %y[%n, floordiv(add(mul(%b, 16), %j), 7), mod(add(mul(%b, 16), %j), 7)] =
+            mul(%x[%n, add(mul(%b, 16), %j)], 2.0:f32)
+      }
+    }
+  }
+}"""
+    kernel = parse_kernel(text)
+    loop = kernel.body[0].body[0].body[0]
+    assert isinstance(plan_vector(loop, set(), {"x": (2, 21), "y": (2, 3, 7)}), VectorPlan)
+    x, y = RNG.standard_normal((2, 21)).astype(np.float32), np.zeros((2, 3, 7), np.float32)
+    run(text, x, y)
+    np.testing.assert_array_equal(y, (2 * x).reshape(2, 3, 7))
+
+
+# -- gathers -------------------------------------------------------------------------------------
+
+def test_gather_with_clamped_vector_index() -> None:
+    # A window read at clamped columns with zeros outside (what conv packing does): the
+    # index is selects and adds, which have vector code.
+    text = """kernel @k(%x: f32[3,10], %y: f32[3,16]) {
+  for %r = 0 to 3 {
+    for %j = 0 to 16 vectorized {
+      %y[%r, %j] = select(and(ge(sub(%j, 2), 0), lt(sub(%j, 2), 10)),
+                          %x[%r, select(lt(sub(%j, 2), 0), 0,
+                                        select(ge(sub(%j, 2), 10), 9, sub(%j, 2)))],
+                          0.0:f32)
+    }
+  }
+}"""
+    x, y = RNG.standard_normal((3, 10)).astype(np.float32), np.full((3, 16), 7, np.float32)
+    run(text, x, y)
+    want = np.zeros((3, 16), np.float32)
+    want[:, 2:12] = x
+    np.testing.assert_array_equal(y, want)
+
+
+def test_gather_whose_index_has_no_vector_code() -> None:
+    # floordiv on lanes has no vector code: each lane's address is computed apart.
+    text = """kernel @k(%x: f32[40], %y: f32[16]) {
+  for %j = 0 to 16 vectorized {
+    %y[%j] = %x[add(floordiv(mul(%j, 5), 2), 1)]
+  }
+}"""
+    x, y = RNG.standard_normal(40).astype(np.float32), np.zeros(16, np.float32)
+    run(text, x, y)
+    np.testing.assert_array_equal(y, x[np.arange(16) * 5 // 2 + 1])
+
+
+# -- streaming stores ----------------------------------------------------------------------------
+
+STREAM = STREAMING_BYTES // 4 + 5  # floats: past the threshold, not a multiple of a line
+
+
+def stream_text(n: int) -> str:
+    return f"""kernel @relu(%x: f32[{n}], %y: f32[{n}]) {{
+  for %i = 0 to {n} parallel {{
+    %y[%i] = max(%x[%i], 0.0:f32)
+  }}
+}}"""
+
+
+@pytest.mark.parametrize("offset", [0, 1, 3, 15])
+def test_streaming_stores_at_any_alignment(offset: int) -> None:
+    x = RNG.standard_normal(STREAM).astype(np.float32)
+    base = np.full(STREAM + 32, -1, np.float32)
+    start = (-(base.ctypes.data // 4)) % 16 + offset  # `offset` floats past a line's start
+    y = base[start:start + STREAM]
+    assert y.size == STREAM
+    run(stream_text(STREAM), x, y)
+    np.testing.assert_array_equal(y, np.maximum(x, 0))
+    assert (base[:start] == -1).all() and (base[start + STREAM:] == -1).all()
+
+
+@pytest.mark.skipif(not X86, reason="non-temporal vector stores are an x86 instruction here")
+def test_streaming_stores_only_for_large_outputs() -> None:
+    def assembly(n: int) -> str:
+        return cpu.assembly_text(kernel_module([parse_kernel(stream_text(n))]))
+
+    assert "vmovntps" in assembly(STREAM)
+    assert "vmovntps" not in assembly(1 << 16)
+
+
+# -- identical kernels ---------------------------------------------------------------------------
+
+TWINS = """
+kernel @first(%x: f32[64], %y: f32[64]) {
+  for %i = 0 to 64 { %y[%i] = exp(%x[%i]) }
+}
+kernel @second(%x: f32[64], %y: f32[64]) loc("another origin") {
+  for %i = 0 to 64 { %y[%i] = exp(%x[%i]) }
+}
+program @twins {
+  input %a: f32[64]
+  output %b: f32[64]
+  temp %t: f32[64]
+  call @first(%a, %t)
+  call @second(%t, %b)
+}
+"""
+
+
+def test_identical_kernels_are_emitted_once() -> None:
+    program = parse_program(TWINS)
+    module = program_module(program, {"t": 0})
+    second = str(module.get_global("second"))
+    assert "call void @\"first\"" in second or "call void @first" in second
+    assert "exp" not in second.replace("@first", "")  # no body of its own
+    jit = cpu.compile_module(module)
+    a, b = RNG.standard_normal(64).astype(np.float32) / 4, np.zeros(64, np.float32)
+    arena = np.zeros(256, np.uint8)
+    jit.entry("twins")(cpu.pointer_array([a.ctypes.data]), cpu.pointer_array([b.ctypes.data]),
+                       cpu.pointer_array([]), arena.ctypes.data)
+    np.testing.assert_allclose(b, np.exp(np.exp(a)), rtol=1e-6)
+    # Each kernel is still its own symbol (explain times them one by one).
+    out = np.zeros(64, np.float32)
+    jit.kernel("second", 2)(a.ctypes.data, out.ctypes.data)
+    np.testing.assert_allclose(out, np.exp(a), rtol=1e-6)
