@@ -56,25 +56,37 @@ def _expr_flops(value) -> int:
     return count
 
 
-def weighted(stmts: list[Stmt], cost: Callable[[Stmt], int]) -> int:
+def weighted(stmts: list[Stmt], cost: Callable[[Stmt], int],
+             budget: int | None = None) -> int:
     """The sum of `cost` over the statements that are not loops or ifs, each times the trip
     counts of the loops around it. Bounds and conditions that depend on outer loops are
     evaluated at each of their values (a blocked nest's tails count what they run), within
-    ENUMERATION_BUDGET iterations; past it, or where a bound reads memory, a loop counts
-    `trip_count` iterations and an `if` its costlier branch."""
-    return _Weigher(cost).block(stmts, {})
+    `budget` iterations (default ENUMERATION_BUDGET); past it, or where a bound reads
+    memory, a loop counts `trip_count` iterations and an `if` its costlier branch."""
+    return _Weigher(cost, ENUMERATION_BUDGET if budget is None else budget).block(stmts, {})
 
 
-ENUMERATION_BUDGET = 1 << 16  # loop iterations visited one by one, per estimate
+ENUMERATION_BUDGET = 1 << 9  # loop iterations visited one by one, per estimate
 
 
 class _Weigher:
-    def __init__(self, cost: Callable[[Stmt], int]):
+    """`weighted`, memoized: a block's weight depends only on the values of the variables
+    that its bounds and conditions read (a blocked nest's tiles mostly weigh the same)."""
+
+    def __init__(self, cost: Callable[[Stmt], int], budget: int):
         self.cost = cost
-        self.budget = ENUMERATION_BUDGET
-        self.control: dict[int, set[str]] = {}  # id(stmt) -> variables its body's control reads
+        self.budget = budget
+        self.reads_of: dict[int, tuple[str, ...]] = {}  # id(block) -> its control's variables
+        self.memo: dict[tuple, int] = {}
+        self.costs: dict[int, int] = {}
 
     def block(self, stmts: list[Stmt], env: dict[str, int]) -> int:
+        key = (id(stmts), tuple(env.get(v) for v in self.reads(stmts)))
+        if key not in self.memo:
+            self.memo[key] = self.compute(stmts, env)
+        return self.memo[key]
+
+    def compute(self, stmts: list[Stmt], env: dict[str, int]) -> int:
         total = 0
         for s in stmts:
             if isinstance(s, For):
@@ -86,7 +98,9 @@ class _Weigher:
                 else:
                     total += self.block(s.then if cond else s.orelse, env)
             else:
-                total += self.cost(s)
+                if id(s) not in self.costs:
+                    self.costs[id(s)] = self.cost(s)
+                total += self.costs[id(s)]
         return total
 
     def loop(self, s: For, env: dict[str, int]) -> int:
@@ -94,21 +108,21 @@ class _Weigher:
         if start is None or stop is None:
             return trip_count(s) * self.block(s.body, env)
         values = range(start, stop, s.step)
-        if s.var.name in self.controls(s) and len(values) <= self.budget:
+        if s.var.name in self.reads(s.body) and len(values) <= self.budget:
             self.budget -= len(values)
             return sum(self.block(s.body, {**env, s.var.name: v}) for v in values)
         return len(values) * self.block(s.body, env)
 
-    def controls(self, s: For) -> set[str]:
-        """The variables that bounds and conditions inside `s` read."""
-        if id(s) not in self.control:
+    def reads(self, stmts: list[Stmt]) -> tuple[str, ...]:
+        """The variables that bounds and conditions in `stmts` read, sorted."""
+        if id(stmts) not in self.reads_of:
             names: set[str] = set()
-            for inner in walk_stmts(s.body):
+            for inner in walk_stmts(stmts):
                 exprs = [inner.start, inner.stop] if isinstance(inner, For) else \
                     [inner.cond] if isinstance(inner, If) else []
                 names |= {x.name for e in exprs for x in walk_expr(e) if isinstance(x, Var)}
-            self.control[id(s)] = names
-        return self.control[id(s)]
+            self.reads_of[id(stmts)] = tuple(sorted(names))
+        return self.reads_of[id(stmts)]
 
 
 _EVALUATE = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,

@@ -45,8 +45,9 @@ def _constant_bounds(s: For) -> bool:
 
 
 def work(stmts: list[Stmt]) -> int:
-    """About how many statement executions `stmts` cost (unknown trip counts count 1)."""
-    return weighted(stmts, lambda s: 1)
+    """About how many statement executions `stmts` cost (unknown trip counts count 1; a
+    rough figure, for deciding whether a nest is worth a thread team)."""
+    return weighted(stmts, lambda s: 1, budget=0)
 
 
 def _expressions(s: Stmt):
