@@ -33,6 +33,7 @@ from ember.loops.ir import (
     walk_expr,
     walk_stmts,
 )
+from ember.loops.simplify import simplify_kernel
 from ember.loops.verify import verify_kernel
 
 # About the work of one fork on this class of machine: below it, a team costs more than it
@@ -134,6 +135,7 @@ def default_schedule(kernel: Kernel, min_work: int = MIN_PARALLEL_WORK) -> Kerne
 
 
 def schedule_program(program: Program) -> Program:
-    """`program` with the default schedule applied to every kernel."""
-    program.kernels = [default_schedule(k) for k in program.kernels]
+    """`program` with its index arithmetic simplified by the loops' ranges (divisions that
+    inlined reshapes leave) and the default schedule applied, kernel by kernel."""
+    program.kernels = [default_schedule(simplify_kernel(k)) for k in program.kernels]
     return program

@@ -4,12 +4,36 @@ Applied as expressions are built (`ir.binary`) so that lowering can write index
 arithmetic naively (`i * 1 + 0`) and still get clean IR: integer constants fold,
 x + 0, x - 0, x * 1, x * 0, x // 1 and x % 1 disappear, constants move to the right of
 commutative ops, and (x + c1) + c2 becomes x + (c1 + c2).
+
+`simplify_kernel` then uses what the loop bounds say about each variable's range to
+remove the divisions that inlined reshapes leave (a fused kernel reading a [128, 3072]
+buffer through a flat view): with 0 <= j < 3072,
+
+    floordiv(add(mul(%i, 3072), %j), 3072) -> %i       mod(add(mul(%i, 3072), %j), 3072) -> %j
+
+(a term whose coefficient the divisor divides leaves the remainder and joins the quotient;
+a rest whose range lies in [0, d) is its own remainder and has quotient 0). Indices without
+divisions are affine, which is what vector code and LLVM's vectorizer need.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ember.dtypes import DType
-from ember.loops.ir import Binary, Const, Expr, const
+from ember.loops.ir import (
+    INDEX,
+    Binary,
+    Const,
+    Expr,
+    For,
+    If,
+    Kernel,
+    Stmt,
+    Store,
+    binary,
+    const,
+)
 
 COMMUTATIVE = {"add", "mul", "max", "min", "and", "or", "eq", "ne",
                "bitwise_and", "bitwise_or", "bitwise_xor"}
@@ -62,3 +86,97 @@ def simplify_binary(op: str, a: Expr, b: Expr) -> Expr:
                 total = inner + cb if op == "add" else inner - cb
                 return simplify_binary("add", a.a, Const(total, a.dtype))
     return Binary(op, a, b)
+
+
+# -- range-aware simplification of a kernel's indices ----------------------------------------
+
+Ranges = dict[str, tuple[int, int]]  # loop variable -> inclusive [lo, hi]
+
+
+def _terms(e: Expr) -> list[tuple[int, Expr]] | None:
+    """`e` as a sum of coefficient * term (a constant is (c, 1)), or None past add, sub and
+    multiplication by a constant."""
+    if isinstance(e, Binary) and e.dtype is INDEX and e.op in ("add", "sub"):
+        a, b = _terms(e.a), _terms(e.b)
+        if a is None or b is None:
+            return None
+        return a + ([(-c, t) for c, t in b] if e.op == "sub" else b)
+    if isinstance(e, Binary) and e.dtype is INDEX and e.op == "mul":
+        for factor, other in ((e.b, e.a), (e.a, e.b)):
+            c = _int_const(factor)
+            if c is not None:
+                inner = _terms(other)
+                return None if inner is None else [(c * k, t) for k, t in inner]
+    c = _int_const(e)
+    return [(c, Const(1))] if c is not None else [(1, e)]
+
+
+def _sum(terms: list[tuple[int, Expr]]) -> Expr:
+    total: Expr = Const(0)
+    for c, t in terms:
+        total = binary("add", total, t if c == 1 else binary("mul", t, c))
+    return total
+
+
+def _divide(op: str, a: Expr, d: int, ranges: Ranges) -> Expr | None:
+    """floordiv(a, d) or mod(a, d) without the division where the ranges allow."""
+    from ember.loops.verify import interval
+
+    terms = _terms(a)
+    if terms is None:
+        return None
+    whole = [(c // d, t) for c, t in terms if c % d == 0]
+    rest = [(c, t) for c, t in terms if c % d]
+    if not whole and (span := interval(a, ranges)) is not None and not 0 <= span[0] <= span[1] < d:
+        return None  # nothing to pull out, and not already in [0, d): keep the division
+    remainder = _sum(rest)
+    span = interval(remainder, ranges)
+    inside = span is not None and 0 <= span[0] and span[1] < d
+    if op == "mod":
+        return remainder if inside else Binary("mod", remainder, Const(d)) if whole else None
+    quotient = _sum(whole)
+    if inside:
+        return quotient
+    return binary("add", quotient, Binary("floordiv", remainder, Const(d))) if whole else None
+
+
+def simplify_index(e: Expr, ranges: Ranges) -> Expr:
+    """`e` with floordiv and mod by positive constants removed where `ranges` allow."""
+    from ember.loops.ir import map_expr
+
+    def node(x: Expr) -> Expr | None:
+        if isinstance(x, Binary) and x.op in ("floordiv", "mod") and x.dtype is INDEX:
+            d = _int_const(x.b)
+            if d is not None and d > 0:
+                return _divide(x.op, x.a, d, ranges)
+        return None
+
+    return map_expr(e, node)
+
+
+def simplify_kernel(kernel: Kernel) -> Kernel:
+    """`kernel` with every expression's index arithmetic simplified by the ranges of the
+    loops around it (`simplify_index`)."""
+    from ember.loops.verify import interval
+
+    def block(stmts: list[Stmt], ranges: Ranges) -> list[Stmt]:
+        out: list[Stmt] = []
+        for s in stmts:
+            if isinstance(s, For):
+                start, stop = simplify_index(s.start, ranges), simplify_index(s.stop, ranges)
+                inner = dict(ranges)
+                low, high = interval(start, ranges), interval(stop, ranges)
+                if s.step == 1 and low is not None and high is not None and low[0] < high[1]:
+                    inner[s.var.name] = (low[0], high[1] - 1)
+                else:
+                    inner.pop(s.var.name, None)
+                out.append(replace(s, start=start, stop=stop, body=block(s.body, inner)))
+            elif isinstance(s, If):
+                out.append(If(simplify_index(s.cond, ranges), block(s.then, ranges),
+                              block(s.orelse, ranges)))
+            else:
+                out.append(Store(s.buffer, tuple(simplify_index(i, ranges) for i in s.index),
+                                 simplify_index(s.value, ranges)))
+        return out
+
+    return replace(kernel, body=block(kernel.body, {}))

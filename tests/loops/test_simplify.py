@@ -1,0 +1,72 @@
+"""Range-aware index simplification (ember/loops/simplify.py `simplify_kernel`): divisions
+that inlined reshapes leave go away where the loop bounds allow, and every rewrite keeps
+the value at every point of the loops' ranges."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from ember.loops.interp import LoopInterpreter
+from ember.loops.cost import evaluate
+from ember.loops.ir import Binary, Const, Program, Var
+from ember.loops.simplify import simplify_index, simplify_kernel
+from ember.loops.text import format_expr, parse_kernel, print_kernel
+
+I, J = Var("i"), Var("j")
+RANGES = {"i": (0, 4), "j": (0, 6)}  # inclusive
+
+
+def e(op: str, a, b):
+    return Binary(op, a, b if not isinstance(b, int) else Const(b))
+
+
+FLAT = e("add", e("mul", I, 7), J)  # i * 7 + j, a flat position over [5, 7]
+
+CASES = [
+    (e("floordiv", FLAT, 7), "%i"),
+    (e("mod", FLAT, 7), "%j"),
+    (e("mod", I, 5), "%i"),  # already in [0, 5)
+    (e("floordiv", J, 7), "0"),
+    (e("floordiv", e("add", e("mul", I, 14), J), 7), "mul(%i, 2)"),
+    # j - 1 may be negative: the quotient keeps a floor division, the remainder a mod.
+    (e("floordiv", e("sub", FLAT, 1), 7), "add(%i, floordiv(add(%j, -1), 7))"),
+    (e("mod", e("sub", FLAT, 1), 7), "mod(add(%j, -1), 7)"),
+    (e("mod", e("add", I, 1), 5), "mod(add(%i, 1), 5)"),  # i + 1 reaches 5: kept
+    (e("floordiv", e("mul", I, 3), 2), "floordiv(mul(%i, 3), 2)"),  # nothing to pull out
+]
+
+
+@pytest.mark.parametrize("expr, want", CASES)
+def test_simplify_index(expr, want) -> None:
+    got = simplify_index(expr, RANGES)
+    assert format_expr(got) == want
+    for i, j in itertools.product(range(5), range(7)):  # the same value everywhere
+        assert evaluate(got, {"i": i, "j": j}) == evaluate(expr, {"i": i, "j": j})
+
+
+RESHAPED = """kernel @k(%x: f32[4,6], %y: f32[2,4,3]) {
+  for %a = 0 to 2 {
+    for %b = 0 to 4 {
+      for %c = 0 to 3 {
+        %y[%a, %b, %c] = %x[floordiv(add(add(mul(%a, 12), mul(%b, 3)), %c), 6),
+                            mod(add(add(mul(%a, 12), mul(%b, 3)), %c), 6)]
+      }
+    }
+  }
+}"""
+
+
+def test_simplify_kernel_keeps_values_and_drops_what_it_can() -> None:
+    kernel = parse_kernel(RESHAPED)
+    simple = simplify_kernel(kernel)
+    text = print_kernel(simple)
+    # The row is a * 2 + floordiv(b * 3 + c, 6): b * 3 + c reaches 11, so one division stays.
+    assert "mul(%a, 2)" in text and "floordiv(add(mul(%b, 3), %c), 6)" in text
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    for k in (kernel, simple):
+        y = np.zeros((2, 4, 3), np.float32)
+        LoopInterpreter(Program(k.name, [], [k], [])).call(k, [x, y])
+        np.testing.assert_array_equal(y, x.reshape(2, 4, 3))
