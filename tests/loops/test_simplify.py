@@ -9,8 +9,8 @@ import itertools
 import numpy as np
 import pytest
 
-from ember.loops.interp import LoopInterpreter
 from ember.loops.cost import evaluate
+from ember.loops.interp import LoopInterpreter
 from ember.loops.ir import Binary, Const, Program, Var
 from ember.loops.simplify import simplify_index, simplify_kernel
 from ember.loops.text import format_expr, parse_kernel, print_kernel
