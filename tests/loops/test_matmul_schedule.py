@@ -357,3 +357,13 @@ def test_unrolled_loop_is_copied() -> None:
     ir = cpu.llvm_ir_text(kernel_module([kernel]), optimized=False)
     assert "i.header" not in ir  # no loop: three copies of the body
     assert Const(3) == kernel.body[0].stop
+
+
+def test_matrix_vector_takes_wide_tiles() -> None:
+    """One row: 64 columns per tile (four independent accumulators per k), values right
+    for a width that is not a multiple of the tile."""
+    from ember.loops.cost import schedule_summary
+
+    kernel = kernel_of(matmul_graph((1, 96), (96, 200)))
+    assert "vectorized 64" in schedule_summary(kernel)
+    check_compiled((1, 96), (96, 200))
