@@ -120,12 +120,22 @@ class CompiledModule:
     def _build(self, args: tuple, kwargs: dict) -> Any:
         from ember.frontends.torch.export import capture_program, import_program
 
+        fingerprint = self._fingerprint(args, kwargs)
+        if fingerprint is not None and (warm := self._warm(fingerprint)) is not None:
+            return warm
         program, spec = capture_program(self.module, args, kwargs)
         try:
-            return _ModuleRunner(import_program(program, config=self.config), spec)
+            runner = import_program(program, config=self.config)
         except UnsupportedOpError:
             if self.strict:
                 raise
+        else:
+            key = getattr(runner.run, "cache_key", None)
+            if fingerprint is not None and key is not None:
+                from ember.frontends.torch.fingerprint import store_entry
+
+                store_entry(fingerprint, key, spec)
+            return _ModuleRunner(runner, spec)
         from ember.frontends.torch.fallback import FallbackRunner
 
         runner = FallbackRunner(program, self.config)
@@ -136,6 +146,28 @@ class CompiledModule:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         runner = self.specialize(args, kwargs)
         return runner(args, kwargs)
+
+    def _fingerprint(self, args: tuple, kwargs: dict) -> str | None:
+        """The module's fingerprint for the warm path (compiled code cached on disk), or
+        None when that path does not apply."""
+        if self.config.executor != "cpu" or not self.config.disk_cache:
+            return None
+        from ember.frontends.torch.fingerprint import module_fingerprint
+
+        self.module.eval()  # as capture_program does: the fingerprint sees eval mode
+        return module_fingerprint(self.module, self.signature(args, kwargs), self.config)
+
+    def _warm(self, fingerprint: str) -> Any:
+        """The runner of the code cached for `fingerprint`, or None: nothing is traced."""
+        from ember.driver.pipeline import load_cached
+        from ember.frontends.torch.fingerprint import load_entry
+        from ember.frontends.torch.runtime import GraphRunner
+
+        entry = load_entry(fingerprint)
+        executable = load_cached(entry[0]) if entry is not None else None
+        if executable is None:
+            return None
+        return _ModuleRunner(GraphRunner(None, executable=executable), entry[1])
 
 
 class _ModuleRunner:

@@ -129,5 +129,22 @@ def compile_graph(graph: Graph, config: Config | None = None) -> Executable:
     config = config or Config()
     key = cache_key(graph, signature(graph), config)
     disk = DiskCache() if config.disk_cache else None
-    return get_or_build(key, lambda: build(graph, config), load_artifact, memory=_MEMORY,
-                        disk=disk, stats=stats)
+    executable = get_or_build(key, lambda: build(graph, config), load_artifact, memory=_MEMORY,
+                              disk=disk, stats=stats)
+    executable.cache_key = key  # what a module's fingerprint records (the warm path)
+    return executable
+
+
+def load_cached(key: str) -> Executable | None:
+    """The executable cached under `key`, from memory or disk, or None: no stage runs."""
+    if (found := _MEMORY.get(key)) is not None:
+        stats.memory_hits += 1
+        return found
+    artifact = DiskCache().load(key)
+    if artifact is None:
+        return None
+    stats.disk_hits += 1
+    executable = load_artifact(artifact)
+    executable.cache_key = key
+    _MEMORY.put(key, executable)
+    return executable

@@ -45,18 +45,24 @@ def array_to_tensor(array: np.ndarray) -> torch.Tensor:
 class GraphRunner:
     """Calls a graph with torch tensors; returns a list of tensors (or one tensor)."""
 
-    def __init__(self, graph: Graph, single_output: bool = False, config: Config | None = None):
+    def __init__(self, graph: Graph | None, single_output: bool = False,
+                 config: Config | None = None, executable: Any = None):
+        """Runs `graph` (compiled by `config`), or an already compiled `executable` (the
+        warm path, which has no graph)."""
         from ember.driver.compile import executor_for
 
         self.graph = graph
         self.single_output = single_output
-        self.run = executor_for(graph, config or Config())
+        self.run = executable if executable is not None else \
+            executor_for(graph, config or Config())
+        self.input_dtypes = [b.dtype for b in executable.interface.inputs] \
+            if executable is not None else [v.dtype for v in graph.inputs]
 
     def __call__(self, *tensors: Any) -> Any:
         arrays = []
-        for i, (value, tensor) in enumerate(zip(self.graph.inputs, tensors)):
-            if isinstance(tensor, torch.Tensor) and to_dtype(tensor.dtype) is not value.dtype:
-                raise ShapeError(f"input {i}: expected {value.dtype}, got {tensor.dtype}")
+        for i, (dtype, tensor) in enumerate(zip(self.input_dtypes, tensors)):
+            if isinstance(tensor, torch.Tensor) and to_dtype(tensor.dtype) is not dtype:
+                raise ShapeError(f"input {i}: expected {dtype}, got {tensor.dtype}")
             arrays.append(tensor_to_array(tensor))
         outputs = [array_to_tensor(a) for a in self.run(*arrays)]
         return outputs[0] if self.single_output else outputs

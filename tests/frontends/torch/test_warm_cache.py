@@ -1,0 +1,140 @@
+"""The warm path of ember.compile(module) (ember/frontends/torch/fingerprint.py): a module
+compiled before, in this process or another, loads its machine code by its fingerprint
+without being traced; anything that changes the traced graph changes the fingerprint."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import ember
+from ember.driver import compile as compile_module
+from ember.frontends.torch import export as export_module
+from ember.frontends.torch.fingerprint import _entry_path, module_fingerprint
+
+CPU = ember.Config(executor="cpu")
+
+
+class Net(torch.nn.Module):
+    def __init__(self, scale: float = 2.0):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 4)
+        self.scale = scale
+
+    def forward(self, x):
+        return torch.relu(self.linear(x)) * self.scale
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture
+def traces(monkeypatch):
+    """How many times modules were traced (torch.export) from now on."""
+    count = [0]
+    original = export_module.capture_program
+
+    def counting(*args, **kwargs):
+        count[0] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(export_module, "capture_program", counting)
+    return count
+
+
+def compiled_output(model, x):
+    with torch.no_grad():
+        return ember.compile(model, (x,), config=CPU)(x)
+
+
+def test_second_compile_loads_without_tracing(traces) -> None:
+    torch.manual_seed(0)
+    model, x = Net().eval(), torch.randn(3, 8)
+    first = compiled_output(model, x)
+    assert traces[0] == 1
+    second = compiled_output(model, x)  # a new CompiledModule: the fingerprint finds it
+    assert traces[0] == 1
+    torch.testing.assert_close(second, first)
+    torch.testing.assert_close(second, model(x).detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_what_changes_the_graph_changes_the_fingerprint(traces) -> None:
+    torch.manual_seed(0)
+    model, x = Net().eval(), torch.randn(3, 8)
+    compiled_output(model, x)
+    with torch.no_grad():
+        model.linear.weight[0, 0] += 1.0  # new weights
+    torch.testing.assert_close(compiled_output(model, x), model(x).detach(), rtol=1e-5,
+                               atol=1e-6)
+    assert traces[0] == 2
+    model.scale = 3.0  # a plain attribute forward reads
+    torch.testing.assert_close(compiled_output(model, x), model(x).detach(), rtol=1e-5,
+                               atol=1e-6)
+    assert traces[0] == 3
+    compiled_output(model, torch.randn(5, 8))  # another signature
+    assert traces[0] == 4
+
+
+def test_modules_it_cannot_vouch_for_have_no_fingerprint() -> None:
+    model = Net().eval()
+    signature = ("spec", ("torch.float32", (3, 8)))
+    assert module_fingerprint(model, signature, CPU) is not None
+    model.opaque = object()  # prints as an address: its state is unknown
+    assert module_fingerprint(model, signature, CPU) is None
+    del model.opaque
+    model.linear.register_forward_hook(lambda *args: None)
+    assert module_fingerprint(model, signature, CPU) is None
+
+
+def test_corrupt_index_entry_is_traced_again(traces) -> None:
+    torch.manual_seed(0)
+    model, x = Net().eval(), torch.randn(3, 8)
+    compiled_output(model, x)
+    entries = list(_entry_path("00").parent.parent.rglob("*.json"))
+    assert len(entries) == 1
+    entries[0].write_text(entries[0].read_text().replace('"graph": "', '"graph": "0'))
+    torch.testing.assert_close(compiled_output(model, x), model(x).detach(), rtol=1e-5,
+                               atol=1e-6)
+    assert traces[0] == 2
+
+
+def test_no_disk_cache_no_fingerprint(traces) -> None:
+    model, x = Net().eval(), torch.randn(3, 8)
+    config = ember.Config(executor="cpu", disk_cache=False)
+    for _ in range(2):
+        with torch.no_grad():
+            ember.compile(model, (x,), config=config)(x)
+    assert traces[0] == 2
+    assert compile_module.CompiledModule(model, config, False)._fingerprint((x,), {}) is None
+
+
+def test_a_new_process_starts_warm(cache) -> None:
+    """The same module in a fresh process: loaded by its fingerprint, never traced."""
+    script = textwrap.dedent(f"""
+        import sys, torch, ember
+        sys.path.insert(0, {str(__import__('pathlib').Path(__file__).parent)!r})
+        from ember.frontends.torch import export
+        from test_warm_cache import Net
+        torch.manual_seed(0)
+        model, x = Net().eval(), torch.randn(3, 8)
+        traced = []
+        original = export.capture_program
+        export.capture_program = lambda *a, **k: traced.append(1) or original(*a, **k)
+        with torch.no_grad():
+            y = ember.compile(model, (x,), config=ember.Config(executor="cpu"))(x)
+        torch.testing.assert_close(y, model(x).detach(), rtol=1e-5, atol=1e-6)
+        print(len(traced))
+    """)
+    env = {"EMBER_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin"}
+    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           env=env, timeout=300) for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-2000:]
+    assert [run.stdout.split()[-1] for run in runs] == ["1", "0"]
