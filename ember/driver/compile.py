@@ -100,6 +100,8 @@ class CompiledModule:
     def signature(args: tuple, kwargs: dict) -> tuple:
         import torch
 
+        if not kwargs and all(type(a) is torch.Tensor for a in args):  # the common call
+            return ("tensors",) + tuple((str(a.dtype), tuple(a.shape)) for a in args)
         leaves, spec = torch.utils._pytree.tree_flatten((args, kwargs))
         return (str(spec),) + tuple(
             (str(x.dtype), tuple(x.shape)) if isinstance(x, torch.Tensor) else ("value", repr(x))
@@ -180,7 +182,12 @@ class _ModuleRunner:
     def __call__(self, args: tuple, kwargs: dict) -> Any:
         import torch
 
-        leaves = [x for x in torch.utils._pytree.tree_leaves((args, kwargs))
-                  if isinstance(x, torch.Tensor)]
+        if not kwargs and all(type(a) is torch.Tensor for a in args):  # no pytree walk
+            leaves = list(args)
+        else:
+            leaves = [x for x in torch.utils._pytree.tree_leaves((args, kwargs))
+                      if isinstance(x, torch.Tensor)]
         outputs = self.graph_runner(*leaves)
+        if self.out_spec.is_leaf():
+            return outputs[0]
         return torch.utils._pytree.tree_unflatten(list(outputs), self.out_spec)

@@ -135,6 +135,13 @@ def compile_graph(graph: Graph, config: Config | None = None) -> Executable:
     return executable
 
 
+def clear_memory_cache() -> None:
+    """Forget this process's compiled executables (the disk cache stays): the next compile
+    of a graph seen before loads it from disk, as a new process would."""
+    global _MEMORY
+    _MEMORY = MemoryCache()
+
+
 def load_cached(key: str) -> Executable | None:
     """The executable cached under `key`, from memory or disk, or None: no stage runs."""
     if (found := _MEMORY.get(key)) is not None:
