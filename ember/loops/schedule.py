@@ -1,17 +1,21 @@
 """Schedule primitives on the loop IR, and the default schedule that every compile applies.
 
-A primitive rewrites a kernel's loop nest without changing what it computes. Today there
-is one, `parallelize`: it marks a loop `parallel` (the CPU backend runs its iterations on
-a thread team) after checking that its iterations are independent. The default schedule
-parallelizes, in each top-level nest of a kernel, the outermost loop that is legal and
-has enough work to pay for a fork (a few microseconds).
+A primitive rewrites a kernel's loop nest without changing what it computes. Here is
+`parallelize`: it marks a loop `parallel` (the CPU backend runs its iterations on a thread
+team) after checking that its iterations are independent; the others (split, reorder,
+tile, cache_read, ...) are in `ember/loops/primitives.py`. Every compile first simplifies
+each kernel's indices by its loops' ranges (`simplify_kernel`), then the default schedule
+parallelizes, in each top-level nest of a kernel, the outermost loop that is legal and has
+enough work to pay for a fork (a few microseconds); it looks past a loop it cannot
+parallelize only when that loop has at most MAX_FORKS iterations (a fork per iteration).
 
 Independence is checked conservatively: every store inside the loop writes a kernel
 parameter at an index that has the loop's variable, alone, as one of its components (so
-two iterations never write the same element), no parameter that the loop stores to is
-also read inside it (so no iteration reads what another writes), and every local the
-body uses is written before it is read in each iteration (locals are private per thread;
-the verifier's rule).
+two iterations never write the same element); a parameter that the loop both stores to and
+reads is accessed everywhere with the loop's variable alone on one same axis (each
+iteration has its own slice: softmax's output holds its exps until the row's sum is
+known); and every local the body uses is written before it is read in each iteration
+(locals are private per thread; the verifier's rule).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from ember.loops.verify import verify_kernel
 # About the work of one fork on this class of machine: below it, a team costs more than it
 # saves (a fork and join measured ~8 us on 2 threads; a simple iteration is ~1 ns).
 MIN_PARALLEL_WORK = 1 << 15
+MAX_FORKS = 8  # most iterations of a serial loop around a parallel one
 
 
 def _constant_bounds(s: For) -> bool:
@@ -73,9 +78,17 @@ def independent(loop: For, locals_: set[str]) -> str | None:
         for e in _expressions(s):
             if isinstance(e, Load) and e.buffer not in locals_:
                 loaded.add(e.buffer)
-    both = stored & loaded
-    if both:
-        return f"%{sorted(both)[0]} is both read and written in the loop"
+    # A buffer both read and written is still independent when every access to it has
+    # the loop variable alone on one same axis: each iteration has its own slice.
+    for name in sorted(stored & loaded):
+        accesses = [s.index for s in walk_stmts(loop.body)
+                    if isinstance(s, Store) and s.buffer == name]
+        accesses += [e.index for s in walk_stmts(loop.body) for e in _expressions(s)
+                     if isinstance(e, Load) and e.buffer == name]
+        own = Var(loop.var.name)
+        if not any(all(len(i) > axis and i[axis] == own for i in accesses)
+                   for axis in range(len(accesses[0]))):
+            return f"%{name} is both read and written in the loop"
     return None
 
 
@@ -129,6 +142,10 @@ def default_schedule(kernel: Kernel, min_work: int = MIN_PARALLEL_WORK) -> Kerne
             try:
                 kernel = parallelize(kernel, loop)
             except VerificationError:
+                # A team per iteration of this loop would pay a fork each time: look
+                # further in only past a loop of a few iterations.
+                if trip_count(loop) > MAX_FORKS:
+                    break
                 continue
             break
     return kernel

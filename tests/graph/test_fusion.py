@@ -116,6 +116,24 @@ def test_softmax_is_one_row_kernel(axis) -> None:
     assert len([op for op in fused.ops if op.name != "constant"]) == 1
 
 
+def test_softmax_row_computes_each_exp_once() -> None:
+    """The output pass reads back the exps the sum pass stored, and multiplies by the
+    sum's reciprocal; the rows still run on a thread team (each owns its output row)."""
+    from ember.loops.ir import Binary, Const, For, Unary, walk_expr, walk_stmts
+    from ember.loops.schedule import schedule_program
+
+    graph, inputs = softmax_graph(shape=(64, 512))
+    fused = check_values(graph, inputs)
+    (kernel,) = schedule_program(lower_graph(fused)).kernels
+    exprs = [x for s in walk_stmts(kernel.body) if hasattr(s, "value")
+             for x in walk_expr(s.value)]
+    assert sum(isinstance(x, Unary) and x.op == "exp" for x in exprs) == 1
+    # The only division left is the reciprocal's, 1 / sum, once per row.
+    assert not any(isinstance(x, Binary) and x.op == "div" and not isinstance(x.a, Const)
+                   for x in exprs)
+    assert kernel.body[0].kind == "parallel" and isinstance(kernel.body[0], For)
+
+
 def test_layer_norm_is_one_row_kernel() -> None:
     fused = check_values(*layer_norm_graph())
     assert kinds(fused) == ["row"]

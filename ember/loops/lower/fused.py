@@ -28,11 +28,29 @@ from dataclasses import replace
 from ember.errors import UnsupportedOpError
 from ember.graph.fusion.policy import FusionPlan, Refusal, classify, inlinable, reachable_from
 from ember.graph.ir import Graph, Op, Value
-from ember.loops.ir import Binary, Buffer, Const, Expr, For, If, Load, Stmt, Store, Var, const
+from ember.loops.ir import (
+    Binary,
+    Buffer,
+    Const,
+    Expr,
+    For,
+    If,
+    Load,
+    Stmt,
+    Store,
+    Unary,
+    Var,
+    const,
+    map_expr,
+    substitute,
+    walk_expr,
+)
 from ember.loops.lower.core import LowerContext, find_lowering
 from ember.loops.lower.ops.reduce import COMBINE, identity, narrow, widen
 
 Source = Callable[[Sequence[Expr]], Expr]
+# Unary ops worth storing once rather than computing twice (reuse_last_term).
+TRANSCENDENTAL = {"exp", "expm1", "log", "log1p", "tanh", "erf", "sin", "cos", "pow"}
 
 
 class _OpContext(LowerContext):
@@ -202,9 +220,58 @@ class FusedKernel:
                 stmts += self.ctx.nest([shape[a] for a in axes],
                                        lambda inner: self.store_outputs(full(inner),
                                                                         full_outputs))
-            return stmts
+            return self.reuse_last_term(stmts)
 
         return self.ctx.nest([shape[a] for a in outer_axes], per_row)
+
+    def reuse_last_term(self, stmts: list[Stmt]) -> list[Stmt]:
+        """A row whose output pass recomputes what its last reduction summed (softmax's
+        exp(x - max)) stores that term into the output during the reduction and reads it
+        back, instead of computing it twice; and a division by a row scalar (the sum)
+        becomes a multiplication by its reciprocal, computed once per row.
+
+            for %i2 { %s = add(%s, exp(x - m)) }          for %i2 { %y[%i2] = exp(x - m)
+            ...                                       ->            %s = add(%s, %y[%i2]) }
+            for %i3 { %y[%i3] = div(exp(x - m), %t) }    %r = div(1, %t)
+                                                          for %i3 { %y[%i3] = mul(%y[%i3], %r) }
+
+        Only for one reduced axis, one full output and a term with a transcendental in it
+        (recomputing a load or an add costs less than reading it back)."""
+        last = stmts[-1] if stmts else None
+        loops = [k for k, s in enumerate(stmts[:-1]) if isinstance(s, For)]
+        if not (isinstance(last, For) and len(last.body) == 1 and
+                isinstance(last.body[0], Store) and loops):
+            return stmts
+        reduction = stmts[loops[-1]]
+        if len(reduction.body) != 1 or not isinstance(reduction.body[0], Store):
+            return stmts
+        out, step = last.body[0], reduction.body[0]
+        if not (isinstance(step.value, Binary) and step.value.op == "add" and
+                isinstance(step.value.a, Load) and step.value.a.buffer == step.buffer):
+            return stmts
+        term = step.value.b
+        moved = substitute(term, {reduction.var.name: last.var})
+        expensive = any(isinstance(x, Unary) and x.op in TRANSCENDENTAL for x in walk_expr(term))
+        if not expensive or term.dtype is not self.ctx.outputs[0].dtype or not any(
+                x == moved for x in walk_expr(out.value)) or any(
+                isinstance(x, Load) and x.buffer == out.buffer for x in walk_expr(out.value)):
+            return stmts
+        at = tuple(substitute(i, {last.var.name: reduction.var}) for i in out.index)
+        stashed = Load(out.buffer, at, term.dtype)
+        reduction = replace(reduction, body=[
+            Store(out.buffer, at, term),
+            Store(step.buffer, (), Binary("add", step.value.a, stashed))])
+        value = map_expr(out.value, lambda x: Load(out.buffer, out.index, term.dtype)
+                         if x == moved else None)
+        prologue: list[Stmt] = []
+        if (isinstance(value, Binary) and value.op == "div" and isinstance(value.b, Load)
+                and not value.b.index and value.dtype.is_float):
+            reciprocal = self.ctx.local(value.dtype)
+            prologue = [Store(reciprocal.name, (), Binary("div", const(1.0, value.dtype),
+                                                          value.b))]
+            value = Binary("mul", value.a, Load(reciprocal.name, (), value.dtype))
+        return [*stmts[:loops[-1]], reduction, *stmts[loops[-1] + 1:-1], *prologue,
+                replace(last, body=[Store(out.buffer, out.index, value)])]
 
     def reduce_row(self, member: Op, extents: list[int],
                    full: Callable[[Sequence[Var]], list[Expr]]) -> list[Stmt]:
