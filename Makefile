@@ -36,9 +36,12 @@ test-full: $(STAMP) cross-tools
 	EMBER_SLOW_TESTS=1 $(BIN)/python -m pytest -q -n 2 -m ''
 
 bench: $(STAMP)
-	$(BIN)/python bench/bench_ops.py
+	$(BIN)/python bench/bench_gemm.py --record
+	$(BIN)/python bench/bench_ops.py --threads 1
+	$(BIN)/python bench/bench_ops.py --threads 2
 	$(BIN)/python bench/kernel_counts.py
-	$(BIN)/python bench/bench_models.py
+	$(BIN)/python bench/bench_models.py --threads 1
+	$(BIN)/python bench/bench_models.py --threads 2
 
 lint: $(STAMP)
 	$(BIN)/ruff check ember tests bench
