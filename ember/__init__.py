@@ -8,6 +8,7 @@ verified, run by the reference interpreter (`interpret`) and optimized by the pa
 `ember.graph.passes` (run with `ember.driver.pass_manager`).
 """
 
+from ember import _openmp_env  # noqa: F401  (first: before anything loads libgomp)
 from ember.config import Config
 from ember.driver.compile import compile
 from ember.dtypes import DType
