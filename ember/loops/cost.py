@@ -29,6 +29,7 @@ from ember.loops.ir import (
     walk_expr,
     walk_stmts,
 )
+from ember.loops.simplify import INT_FOLD
 
 # Ops that are not arithmetic: comparisons, selections, bit logic.
 _FREE = {"eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor", "not", "isnan", "isinf",
@@ -125,12 +126,7 @@ class _Weigher:
         return self.reads_of[id(stmts)]
 
 
-_EVALUATE = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-             "floordiv": lambda a, b: a // b if b else None,
-             "mod": lambda a, b: a % b if b else None, "min": min, "max": max,
-             "eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
-             "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
-             "and": lambda a, b: a and b, "or": lambda a, b: a or b}
+_EVALUATE = {**INT_FOLD, "and": lambda a, b: a and b, "or": lambda a, b: a or b}
 
 
 def evaluate(e: Expr, env: dict[str, int]) -> int | bool | None:

@@ -38,7 +38,7 @@ from ember.loops.ir import (
 COMMUTATIVE = {"add", "mul", "max", "min", "and", "or", "eq", "ne",
                "bitwise_and", "bitwise_or", "bitwise_xor"}
 
-_INT_FOLD = {
+INT_FOLD = {
     "add": lambda a, b: a + b,
     "sub": lambda a, b: a - b,
     "mul": lambda a, b: a * b,
@@ -64,8 +64,8 @@ def _int_const(e: Expr) -> int | None:
 def simplify_binary(op: str, a: Expr, b: Expr) -> Expr:
     """Binary(op, a, b), simplified where that is exact for integer (index) arithmetic."""
     ca, cb = _int_const(a), _int_const(b)
-    if ca is not None and cb is not None and a.dtype == b.dtype and op in _INT_FOLD:
-        value = _INT_FOLD[op](ca, cb)
+    if ca is not None and cb is not None and a.dtype == b.dtype and op in INT_FOLD:
+        value = INT_FOLD[op](ca, cb)
         if value is not None:
             return const(value, DType.bool if isinstance(value, bool) else a.dtype)
     if op in COMMUTATIVE and ca is not None and cb is None:

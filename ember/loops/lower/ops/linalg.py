@@ -259,15 +259,17 @@ MAX_DEPTHWISE_PLANE = 1 << 16  # floats (256 KiB) of padded plane, on each threa
 def depthwise_conv(ctx: LowerContext) -> list[Stmt] | None:
     """An f32 2-D depthwise conv (one input channel per output channel), or None for any
     other conv. Per (image, channel), the channel is first copied into a zero-padded local
-    plane, so that every tap reads in bounds with no test; then per output row, a vector
-    of output columns sums the taps in a register-held local:
+    plane (its columns dealt into `stride` phases), so that every tap reads in bounds with
+    no test and consecutive outputs read consecutive plane elements; then per output row,
+    a vector of output columns sums the taps in a register-held local:
 
         for %nc = 0 to N * C {                            (parallel, by the default schedule)
-          %pad = 0;  %pad[ih + pt, pl + iw] = x[n, c, ih, iw]
+          %pad = 0;  %pad[ih + pt, (pl + iw) % s, (pl + iw) // s] = x[n, c, ih, iw]
           for %oh = 0 to OH { for %ow0 = 0 to ceil(OW / L) {
             for %jj = 0 to L vectorized { %acc[%jj] = 0.0 }
             for %kh unrolled { for %kw unrolled { for %jj = 0 to L vectorized {
-              %acc[%jj] = fma(%pad[oh * s + kh * d, (ow0 * L + jj) * s + kw * d],
+              %acc[%jj] = fma(%pad[oh * sh + kh * dh, (kw * dw) % s,
+                                   ow0 * L + jj + (kw * dw) // s],
                               w[c, 0, kh, kw], %acc[%jj])
             } } }
             for %jj = 0 to min(L, OW - ow0 * L) vectorized {
@@ -275,9 +277,10 @@ def depthwise_conv(ctx: LowerContext) -> list[Stmt] | None:
           } }
         }
 
-    At stride 1 each tap is one vector load. The lanes past the row's end (in its last
-    block) read the plane's zero columns and are not stored. A plane too large for a
-    thread's stack keeps the plain nest."""
+    Each tap is one vector load (the copy into phases gathers at stride > 1, once per input
+    element). The lanes past the row's end (in its last block) read the plane's zero
+    columns and are not stored. A plane too large for a thread's stack keeps the plain
+    nest."""
     x, w = ctx.inputs[:2]
     out = ctx.outputs[0]
     f32 = DType.f32
@@ -293,13 +296,18 @@ def depthwise_conv(ctx: LowerContext) -> list[Stmt] | None:
     lanes = min(DEPTHWISE_LANES, ow_n)
     blocks = (ow_n + lanes - 1) // lanes
     # The plane's rows and columns: what the taps of every (padded) output position read.
+    # At column stride s its columns are dealt into s phases (column c at phase c % s,
+    # position c // s), so that the columns a tap reads for consecutive outputs lie next
+    # to each other: one vector load per tap at any stride.
     rows = (oh_n - 1) * sh + (kh_n - 1) * dh + 1
     cols = (blocks * lanes - 1) * sw + (kw_n - 1) * dw + 1
-    if rows * cols > MAX_DEPTHWISE_PLANE:
+    per_phase = (cols + sw - 1) // sw
+    row_size = sw * per_phase
+    if rows * row_size > MAX_DEPTHWISE_PLANE:
         return None
     # The plane rounded up to whole vectors, so that zeroing it is loops of constant
     # trips: a write the verifier sees (locals are private to each parallel iteration).
-    plane = (rows * cols + lanes - 1) // lanes * lanes
+    plane = (rows * row_size + lanes - 1) // lanes * lanes
     pad, acc = ctx.local(f32, (plane,)), ctx.local(f32, (lanes,))
     nc, oh, ow0, kh, kw = (ctx.var(v) for v in ("nc", "oh", "ow0", "kh", "kw"))
     n, c = (nc // channels, nc % channels) if nb > 1 else (Const(0), nc)
@@ -318,15 +326,27 @@ def depthwise_conv(ctx: LowerContext) -> list[Stmt] | None:
         return [For(q, Const(0), Const((total + lanes - 1) // lanes), [loop])]
 
     zero = chunks(plane, lambda i: [Store(pad.name, (i,), Const(0.0, f32))])
-    # Input rows and columns that land in the plane (the rest are never read).
+    # Input rows that land in the plane, and per phase the positions whose input column
+    # iw = q * s + phase - pl is in the row (the rest stay zero: the padding).
     first_row, last_row = max(0, -pt), min(h, rows - pt)
-    width = min(wd, cols - pl)
     ih = ctx.var("ih")
-    copy = [For(ih, Const(first_row), Const(last_row), chunks(width, lambda iw: [
-        Store(pad.name, ((ih + pt) * cols + pl + iw,), ctx.load(0, [n, c, ih, iw]))]))]
+    copies: list[Stmt] = []
+    for phase in range(sw):
+        low = max(0, -(-(pl - phase) // sw))
+        high = min(per_phase - 1, (wd - 1 + pl - phase) // sw)
+        if high < low:
+            continue
+        copies += chunks(high - low + 1, lambda i, phase=phase, low=low: [Store(
+            pad.name, (((ih + pt) * sw + phase) * per_phase + low + i,),
+            ctx.load(0, [n, c, ih, (low + i) * sw + phase - pl]))])
+    copy = [For(ih, Const(first_row), Const(last_row), copies)]
 
     def tap(jj: Var) -> list[Stmt]:
-        at = (oh * sh + kh * dh) * cols + (col0 + jj) * sw + kw * dw
+        # Padded column (col0 + jj) * s + kw * d: phase (kw * d) % s, position
+        # col0 + jj + (kw * d) // s.
+        shift = kw * dw
+        at = (oh * sh + kh * dh) * row_size + binary("mod", shift, sw) * per_phase + \
+            col0 + jj + binary("floordiv", shift, sw)
         value = Fma(Load(pad.name, (at,), f32), ctx.load(1, [c, 0, kh, kw]),
                     Load(acc.name, (jj,), f32))
         return [Store(acc.name, (jj,), value)]
