@@ -252,7 +252,8 @@ class FusedKernel:
         term = step.value.b
         moved = substitute(term, {reduction.var.name: last.var})
         expensive = any(isinstance(x, Unary) and x.op in TRANSCENDENTAL for x in walk_expr(term))
-        if not expensive or term.dtype is not self.ctx.outputs[0].dtype or not any(
+        stored = next((b for b in self.ctx.outputs if b.name == out.buffer), None)
+        if not expensive or stored is None or term.dtype is not stored.dtype or not any(
                 x == moved for x in walk_expr(out.value)) or any(
                 isinstance(x, Load) and x.buffer == out.buffer for x in walk_expr(out.value)):
             return stmts
