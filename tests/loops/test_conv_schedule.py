@@ -20,7 +20,7 @@ import torch
 
 import ember
 from ember import Builder
-from ember.loops.ir import Fma, For, Select, walk_expr, walk_stmts
+from ember.loops.ir import Const, Fma, For, Select, walk_expr, walk_stmts
 from ember.loops.lower import lower_graph
 from ember.loops.schedule import schedule_program
 
@@ -56,6 +56,10 @@ CASES = [  # x shape, w shape, bias, strides, pads (h0, w0, h1, w1), dilations
     ((2, 3, 10, 17), (11, 3, 2, 5), True, (2, 1), (0, 2, 1, 1), (1, 1)),  # non-square
     ((1, 17, 6, 5), (19, 17, 1, 1), True, (2, 2), (0, 0, 0, 0), (1, 1)),  # 1x1 stride 2
     ((1, 8, 5, 40), (20, 8, 3, 3), False, (1, 2), (1, 0, 1, 0), (1, 1)),  # one pad axis
+    # Rows of 45 and 37 columns: panels inside a row are packed by row segments
+    # (`b_direct`), the others, and the padding rows, by the general gather.
+    ((1, 6, 12, 45), (10, 6, 3, 3), True, (1, 1), (1, 1, 1, 1), (1, 1)),
+    ((2, 4, 11, 40), (7, 4, 3, 3), False, (2, 1), (2, 2, 2, 2), (2, 2)),
 ]
 
 
@@ -162,3 +166,22 @@ def test_depthwise_with_fused_clip() -> None:
     assert len(ember.explain(compiled).kernels) == 1
     want = np.clip(torch_conv(xs, ws, None, (2, 2), (1, 1, 1, 1), (1, 1), 16), 0, 6)
     np.testing.assert_allclose(compiled(xs, ws)[0], want, rtol=1e-5, atol=1e-5)
+
+
+def test_panels_inside_a_row_load_row_segments() -> None:
+    """At column stride 1, the packing has a branch for panels inside one output row: its
+    reads of x are contiguous in the lane (one vector load per k), the other branch's
+    gathers."""
+    from ember.codegen.vector import access_kind
+
+    graph = conv_graph((1, 8, 20, 40), (16, 8, 3, 3), False, (1, 1), (1, 1, 1, 1), (1, 1))
+    (kernel,) = lower_graph(graph).kernels
+    shapes = {b.name: b.shape for b in kernel.params}
+    kinds = set()
+    for loop in walk_stmts(kernel.body):
+        if isinstance(loop, For) and loop.kind == "vectorized":
+            for s in loop.body:
+                for e in walk_expr(getattr(s, "value", Const(0))):
+                    if getattr(e, "buffer", None) == "x0":
+                        kinds.add(access_kind(e.index, loop.var.name, shapes["x0"]))
+    assert {"contiguous", "gather"} <= kinds

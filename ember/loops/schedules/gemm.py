@@ -134,6 +134,12 @@ class Gemm:
     # col0 + jj, with `values` the batch and k variables' expressions, col0 uniform and jj
     # the lane; it must stay in bounds for columns past N (those lanes are zeroed).
     b_panel: Callable[[dict[str, Expr], Expr, Var], Expr] | None = None
+    # A faster form for some panels: b_direct(col0) is (cond, value) where cond (uniform,
+    # of col0) says that the panel's columns are contiguous in memory (a conv's output
+    # row segment away from the padding), and value(values, jj) is B there, one vector
+    # load per k instead of a gather.
+    b_direct: Callable[[Expr], tuple[Expr, Callable[[dict[str, Expr], Var], Expr]]] | None = \
+        None
 
 
 def _variables(e: Expr) -> set[str]:
@@ -348,8 +354,15 @@ class _Builder:
                 if edge:
                     value = Select(binary("lt", col, g.n), value, Const(0.0, F32))
                 store = Store(self.bp.name, (jp, k, jj), value)
-                return [For(k, Const(0), Const(self.kc),
-                            [For(jj, Const(0), Const(nr), [store], 1, "vectorized")])]
+                general = [For(k, Const(0), Const(self.kc),
+                               [For(jj, Const(0), Const(nr), [store], 1, "vectorized")])]
+                if g.b_direct is None or edge:
+                    return general
+                cond, direct = g.b_direct(j0 + jp * nr)
+                fast = Store(self.bp.name, (jp, k, jj), direct(values, jj))
+                return [If(cond, [For(k, Const(0), Const(self.kc),
+                                      [For(jj, Const(0), Const(nr), [fast], 1, "vectorized")])],
+                           general)]
             value = self.b_term(batch, self.clamp_k(k0 + k), col)
             if edge:  # the last panel: past N, zeros (the load stays in bounds)
                 inside = self.b_term(batch, self.clamp_k(k0 + k), _min(col, g.n - 1))

@@ -244,11 +244,33 @@ def conv_gemm(ctx: LowerContext) -> list[Stmt] | None:
                              Select(Binary("ge", pos, Const(size)), Const(size - 1), pos)))
         return Select(all_of(inside), ctx.load(0, [image, cc, *at]), Const(0.0, f32))
 
+    def b_direct(col0: Expr):
+        """At column stride 1, a panel inside one output row whose every tap reads inside
+        the input row is a row segment of x: one vector load per k (the input row, the
+        same for every lane, may still be padding: a uniform select)."""
+        (sh, _), (ph, pw), (dh, dw) = strides, pb, dilations  # column stride 1
+        c0, row = col0 % ow_n, col0 // ow_n
+        cond = all_of([binary("le", c0 + schedule.nr, ow_n), binary("ge", c0 - pw, 0),
+                       binary("le", c0 + (schedule.nr - 1) + (kw_n - 1) * dw - pw, wd - 1)])
+
+        def value(values: dict[str, Expr], jj: Var) -> Expr:
+            image, kk = values[n.name], values[k.name]
+            cc, th, tw = (kk // taps, (kk // kw_n) % kh_n, kk % kw_n) if taps > 1 else (kk, 0, 0)
+            ih = window_position(row, th, sh, ph, dh)
+            at = Select(Binary("lt", ih, Const(0)), Const(0),
+                        Select(Binary("ge", ih, Const(h)), Const(h - 1), ih))
+            load = ctx.load(0, [image, cc, at, c0 - pw + tw * dw + jj])
+            inside = Binary("and", Binary("ge", ih, Const(0)), Binary("lt", ih, Const(h)))
+            return Select(inside, load, Const(0.0, f32))
+
+        return cond, value
+
     # A 1x1 conv with stride 1 and no padding reads B = x[n] as it lies (K x P, rows
     # contiguous): its panels are packed from vector loads, no gather needed.
     direct = taps == 1 and not conds and all(s_ == 1 for s_ in strides)
     g = Gemm(((n.name, nb),), m.name, m_out, p.name, oh_n * ow_n, k.name,
-             c_in * taps, a, b, acc.buffer, store, None if direct else b_panel)
+             c_in * taps, a, b, acc.buffer, store, None if direct else b_panel,
+             b_direct if not direct and strides[1] == 1 and ow_n >= schedule.nr else None)
     return apply_gemm(ctx, g, schedule)
 
 
