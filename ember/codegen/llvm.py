@@ -22,6 +22,7 @@ the element type); aligning to 64 bytes lets later vector code use aligned acces
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 
 from llvmlite import ir
@@ -173,24 +174,23 @@ class KernelEmitter:
         b = self.b
         counter = self.allocas.alloca(I64, name=s.var.name)
         b.store(start, counter)
-        header = b.append_basic_block(f"{s.var.name}.header")
-        body = b.append_basic_block(f"{s.var.name}.body")
-        done = b.append_basic_block(f"{s.var.name}.done")
-        b.branch(header)
-        b.position_at_end(header)
-        more = b.icmp_signed("<" if s.step > 0 else ">", b.load(counter, typ=I64), stop)
-        b.cbranch(more, body, done)
-        b.position_at_end(body)
-        outer = self.vars.get(s.var.name)
-        self.vars[s.var.name] = counter
-        self.stmts(s.body)
-        b.store(b.add(b.load(counter, typ=I64), ir.Constant(I64, s.step)), counter)
-        b.branch(header)
-        if outer is None:
-            del self.vars[s.var.name]
-        else:
-            self.vars[s.var.name] = outer
-        b.position_at_end(done)
+        with self.binding(s.var.name, counter):
+            emit_while(b, counter, lambda i: b.icmp_signed("<" if s.step > 0 else ">", i, stop),
+                       lambda: self.stmts(s.body), s.step, s.var.name)
+
+    @contextlib.contextmanager
+    def binding(self, name: str, slot: ir.Value):
+        """Loop variable `name` read from `slot` inside the block (an outer binding of the
+        name comes back after it)."""
+        outer = self.vars.get(name)
+        self.vars[name] = slot
+        try:
+            yield
+        finally:
+            if outer is None:
+                del self.vars[name]
+            else:
+                self.vars[name] = outer
 
     def if_(self, s: If) -> None:
         emit_if(self.b, self.condition(s.cond), s, self.stmts)
@@ -291,6 +291,23 @@ class KernelEmitter:
 
     EXPR = {Const: const, Var: var, Load: load, Unary: operation, Binary: operation,
             Select: operation, Fma: operation, Cast: operation, Bitcast: operation}
+
+
+def emit_while(b: ir.IRBuilder, counter: ir.Value, more: Callable[[ir.Value], ir.Value],
+               body: Callable[[], None], step: int, name: str) -> None:
+    """while more(*counter) { body(); *counter += step }, at the builder's position (the
+    counter an i64 slot the caller set); shared by serial and streaming loops."""
+    header = b.append_basic_block(f"{name}.header")
+    block = b.append_basic_block(f"{name}.body")
+    done = b.append_basic_block(f"{name}.done")
+    b.branch(header)
+    b.position_at_end(header)
+    b.cbranch(more(b.load(counter, typ=I64)), block, done)
+    b.position_at_end(block)
+    body()
+    b.store(b.add(b.load(counter, typ=I64), ir.Constant(I64, step)), counter)
+    b.branch(header)
+    b.position_at_end(done)
 
 
 def emit_if(b: ir.IRBuilder, cond: ir.Value, s: If,

@@ -110,21 +110,16 @@ def emit_unrolled(em: KernelEmitter, s: For) -> bool:
         return False
     start, count, stop = bound
     slot = em.allocas.alloca(I64, name=s.var.name)
-    outer = em.vars.get(s.var.name)
-    em.vars[s.var.name] = slot
     limit = em.index(stop) if stop is not None else None
-    for k in range(count):
-        value = ir.Constant(I64, start + k * s.step)
-        em.b.store(value, slot)
-        if limit is None:
-            em.stmts(s.body)
-        else:
-            with em.b.if_then(em.b.icmp_signed("<", value, limit)):
+    with em.binding(s.var.name, slot):
+        for k in range(count):
+            value = ir.Constant(I64, start + k * s.step)
+            em.b.store(value, slot)
+            if limit is None:
                 em.stmts(s.body)
-    if outer is None:
-        del em.vars[s.var.name]
-    else:
-        em.vars[s.var.name] = outer
+            else:
+                with em.b.if_then(em.b.icmp_signed("<", value, limit)):
+                    em.stmts(s.body)
     return True
 
 
@@ -640,55 +635,33 @@ def emit_streaming(em: KernelEmitter, s: For, width: int, start: ir.Value,
     vector = For(lane, Const(0), Const(width),
                  [Store(st.buffer, tuple(substitute(i, at_lane) for i in st.index),
                         substitute(st.value, at_lane)) for st in s.body], 1, "vectorized")
+    from ember.codegen.llvm import emit_while  # llvm imports this module
+
     plan = plan_vector(vector, em.local_names, em.shapes)
     if isinstance(plan, str):
         return False
     b = em.b
     store = s.body[0]
     counter = em.allocas.alloca(I64, name=s.var.name)
-    outer = em.vars.get(s.var.name)
-    em.vars[s.var.name] = counter
     b.store(start, counter)
-
-    def serial(more: Callable[[ir.Value], ir.Value], name: str) -> None:
-        header = b.append_basic_block(f"{name}.header")
-        body = b.append_basic_block(f"{name}.body")
-        done = b.append_basic_block(f"{name}.done")
-        b.branch(header)
-        b.position_at_end(header)
-        b.cbranch(more(b.load(counter, typ=I64)), body, done)
-        b.position_at_end(body)
-        em.stmts(s.body)
-        b.store(b.add(b.load(counter, typ=I64), ir.Constant(I64, 1)), counter)
-        b.branch(header)
-        b.position_at_end(done)
 
     def misaligned(i: ir.Value) -> ir.Value:
         ptr, _ = em.element_ptr(store.buffer, store.index)
-        address = b.ptrtoint(ptr, I64)
-        off_line = b.icmp_unsigned("!=", b.and_(address, ir.Constant(I64, STREAM_VECTOR_BYTES - 1)),
-                                   ir.Constant(I64, 0))
-        return b.and_(b.icmp_signed("<", i, stop), off_line)
+        off_line = b.and_(b.ptrtoint(ptr, I64), ir.Constant(I64, STREAM_VECTOR_BYTES - 1))
+        return b.and_(b.icmp_signed("<", i, stop),
+                      b.icmp_unsigned("!=", off_line, ir.Constant(I64, 0)))
 
-    serial(misaligned, f"{s.var.name}.peel")
-    header = b.append_basic_block(f"{s.var.name}.stream.header")
-    body = b.append_basic_block(f"{s.var.name}.stream.body")
-    done = b.append_basic_block(f"{s.var.name}.stream.done")
-    b.branch(header)
-    b.position_at_end(header)
-    i = b.load(counter, typ=I64)
-    b.cbranch(b.icmp_signed("<=", b.add(i, ir.Constant(I64, width)), stop), body, done)
-    b.position_at_end(body)
-    VectorBody(em, vector, plan, streaming=True).emit()
-    b.store(b.add(b.load(counter, typ=I64), ir.Constant(I64, width)), counter)
-    b.branch(header)
-    b.position_at_end(done)
-    serial(lambda i: b.icmp_signed("<", i, stop), f"{s.var.name}.rest")
+    def serial() -> None:
+        em.stmts(s.body)
+
+    name = s.var.name
+    with em.binding(name, counter):
+        emit_while(b, counter, misaligned, serial, 1, f"{name}.peel")
+        emit_while(b, counter,
+                   lambda i: b.icmp_signed("<=", b.add(i, ir.Constant(I64, width)), stop),
+                   VectorBody(em, vector, plan, streaming=True).emit, width, f"{name}.stream")
+        emit_while(b, counter, lambda i: b.icmp_signed("<", i, stop), serial, 1, f"{name}.rest")
     # Non-temporal stores are weakly ordered: fence them before the loop's results are
     # used (by this thread's later code, or by another thread after the barrier).
     b.fence("seq_cst")
-    if outer is None:
-        del em.vars[s.var.name]
-    else:
-        em.vars[s.var.name] = outer
     return True

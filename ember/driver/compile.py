@@ -100,7 +100,7 @@ class CompiledModule:
     def signature(args: tuple, kwargs: dict) -> tuple:
         import torch
 
-        if not kwargs and all(type(a) is torch.Tensor for a in args):  # the common call
+        if _plain_tensors(args, kwargs):  # the common call
             return ("tensors",) + tuple((str(a.dtype), tuple(a.shape)) for a in args)
         leaves, spec = torch.utils._pytree.tree_flatten((args, kwargs))
         return (str(spec),) + tuple(
@@ -172,6 +172,14 @@ class CompiledModule:
         return _ModuleRunner(GraphRunner(None, executable=executable), entry[1])
 
 
+def _plain_tensors(args: tuple, kwargs: dict) -> bool:
+    """Whether a call passes tensors only, positionally: its leaves are its arguments (the
+    common call, which then skips the pytree walks)."""
+    import torch
+
+    return not kwargs and all(type(a) is torch.Tensor for a in args)
+
+
 class _ModuleRunner:
     """Flattens the call's tensors, runs the graph, rebuilds the module's output structure."""
 
@@ -182,7 +190,7 @@ class _ModuleRunner:
     def __call__(self, args: tuple, kwargs: dict) -> Any:
         import torch
 
-        if not kwargs and all(type(a) is torch.Tensor for a in args):  # no pytree walk
+        if _plain_tensors(args, kwargs):  # no pytree walk
             leaves = list(args)
         else:
             leaves = [x for x in torch.utils._pytree.tree_leaves((args, kwargs))

@@ -21,7 +21,14 @@ from ember.driver.pass_manager import PassManager, write_atomically, write_repro
 from ember.errors import CompileError, EmberError, UnsupportedOpError
 from ember.graph.ir import Graph, clone_graph
 from ember.graph.passes import DEFAULT_PIPELINE
-from ember.runtime.cache import CacheStats, DiskCache, MemoryCache, cache_key, get_or_build
+from ember.runtime.cache import (
+    CacheStats,
+    DiskCache,
+    MemoryCache,
+    cache_key,
+    get_cached,
+    get_or_build,
+)
 from ember.runtime.executable import Artifact, Executable, build_artifact, load_artifact
 
 _MEMORY = MemoryCache()
@@ -144,14 +151,7 @@ def clear_memory_cache() -> None:
 
 def load_cached(key: str) -> Executable | None:
     """The executable cached under `key`, from memory or disk, or None: no stage runs."""
-    if (found := _MEMORY.get(key)) is not None:
-        stats.memory_hits += 1
-        return found
-    artifact = DiskCache().load(key)
-    if artifact is None:
-        return None
-    stats.disk_hits += 1
-    executable = load_artifact(artifact)
-    executable.cache_key = key
-    _MEMORY.put(key, executable)
+    executable = get_cached(key, load_artifact, memory=_MEMORY, disk=DiskCache(), stats=stats)
+    if executable is not None:
+        executable.cache_key = key
     return executable

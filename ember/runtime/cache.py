@@ -276,26 +276,42 @@ class CacheStats:
     builds: int = 0
 
 
-def get_or_build(key: str, build: Callable[[], Artifact], load: Callable[[Artifact], Any], *,
-                 memory: MemoryCache | None = None, disk: DiskCache | None = None,
-                 stats: CacheStats | None = None) -> Any:
-    """The executable for `key`: from memory, else loaded from disk (no stage runs), else
-    built (every stage), stored on disk and loaded."""
+def get_cached(key: str, load: Callable[[Artifact], Any], *, memory: MemoryCache | None = None,
+               disk: DiskCache | None = None, stats: CacheStats | None = None) -> Any:
+    """The executable for `key` from memory, else loaded from disk (no stage runs), else
+    None."""
     stats = stats if stats is not None else CacheStats()
     if memory is not None and (found := memory.get(key)) is not None:
         stats.memory_hits += 1
         return found
     artifact = disk.load(key) if disk is not None else None
-    if artifact is not None:
-        stats.disk_hits += 1
-    else:
-        artifact = build()
-        stats.builds += 1
-        if disk is not None:
-            try:
-                disk.store(key, artifact)
-            except OSError as e:  # a read-only or full disk costs a rebuild later, not a failure
-                log.warning("ember cache: cannot store %s (%s)", key, e)
+    if artifact is None:
+        return None
+    stats.disk_hits += 1
+    return _loaded(key, artifact, load, memory)
+
+
+def get_or_build(key: str, build: Callable[[], Artifact], load: Callable[[Artifact], Any], *,
+                 memory: MemoryCache | None = None, disk: DiskCache | None = None,
+                 stats: CacheStats | None = None) -> Any:
+    """The executable for `key`: cached (`get_cached`), else built (every stage), stored on
+    disk and loaded."""
+    stats = stats if stats is not None else CacheStats()
+    found = get_cached(key, load, memory=memory, disk=disk, stats=stats)
+    if found is not None:
+        return found
+    artifact = build()
+    stats.builds += 1
+    if disk is not None:
+        try:
+            disk.store(key, artifact)
+        except OSError as e:  # a read-only or full disk costs a rebuild later, not a failure
+            log.warning("ember cache: cannot store %s (%s)", key, e)
+    return _loaded(key, artifact, load, memory)
+
+
+def _loaded(key: str, artifact: Artifact, load: Callable[[Artifact], Any],
+            memory: MemoryCache | None) -> Any:
     executable = load(artifact)
     if memory is not None:
         memory.put(key, executable)
