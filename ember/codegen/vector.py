@@ -77,6 +77,7 @@ from ember.loops.ir import (
     walk_expr,
     walk_stmts,
 )
+from ember.loops.simplify import affine_terms
 
 if TYPE_CHECKING:
     from ember.codegen.llvm import KernelEmitter
@@ -127,21 +128,13 @@ def emit_unrolled(em: KernelEmitter, s: For) -> bool:
 
 def coefficient(e: Expr, name: str) -> int | None:
     """The constant c with e = u + c * name (u free of `name`), or None when there is none."""
-    if isinstance(e, Var):
-        return 1 if e.name == name else 0
-    if isinstance(e, Binary) and e.op in ("add", "sub", "mul") and e.dtype.is_int:
-        a, b = coefficient(e.a, name), coefficient(e.b, name)
-        if a is None or b is None:
+    total = 0
+    for c, term in affine_terms(e):
+        if term == Var(name):
+            total += c
+        elif any(isinstance(x, Var) and x.name == name for x in walk_expr(term)):
             return None
-        if e.op != "mul":
-            return a + b if e.op == "add" else a - b
-        if a == 0 and b == 0:
-            return 0
-        for factor, c, other in ((e.a, b, a), (e.b, a, b)):
-            if other == 0 and isinstance(factor, Const):
-                return int(factor.value) * c
-        return None
-    return 0 if not any(isinstance(x, Var) and x.name == name for x in walk_expr(e)) else None
+    return total
 
 
 def flatten_index(index: Sequence[Expr], shape: Sequence[int]) -> list[Expr]:

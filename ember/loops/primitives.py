@@ -43,6 +43,7 @@ from ember.loops.ir import (
     walk_stmts,
 )
 from ember.loops.schedule import independent
+from ember.loops.simplify import affine_sum, affine_terms
 from ember.loops.verify import verify_kernel
 
 # Locals live on the stack (an alloca per kernel); a cache past L2's size also buys nothing.
@@ -194,32 +195,18 @@ Linear = tuple[dict[str, int], int, Expr]
 
 def _linear(e: Expr, names: set[str]) -> Linear | None:
     """`e` as an affine function of the variables `names`, or None when it is not one."""
-    if not any(isinstance(x, Var) and x.name in names for x in walk_expr(e)):
-        if isinstance(e, Const) and e.dtype is INDEX:
-            return {}, int(e.value), Const(0)
-        return {}, 0, e
-    if isinstance(e, Var):
-        return {e.name: 1}, 0, Const(0)
-    if isinstance(e, Binary) and e.op in ("add", "sub"):
-        a, b = _linear(e.a, names), _linear(e.b, names)
-        if a is None or b is None:
+    coefficients: dict[str, int] = {}
+    constant, rest = 0, []
+    for c, term in affine_terms(e):
+        if isinstance(term, Var) and term.name in names:
+            coefficients[term.name] = coefficients.get(term.name, 0) + c
+        elif term == Const(1):
+            constant += c
+        elif any(isinstance(x, Var) and x.name in names for x in walk_expr(term)):
             return None
-        sign = 1 if e.op == "add" else -1
-        coefficients = dict(a[0])
-        for v, c in b[0].items():
-            coefficients[v] = coefficients.get(v, 0) + sign * c
-        return ({v: c for v, c in coefficients.items() if c}, a[1] + sign * b[1],
-                binary(e.op, a[2], b[2]))
-    if isinstance(e, Binary) and e.op == "mul":
-        for x, k in ((e.a, e.b), (e.b, e.a)):
-            if isinstance(k, Const) and k.dtype is INDEX:
-                inner = _linear(x, names)
-                if inner is None:
-                    return None
-                scale = int(k.value)
-                return ({v: c * scale for v, c in inner[0].items() if c * scale},
-                        inner[1] * scale, binary("mul", inner[2], scale))
-    return None
+        else:
+            rest.append((c, term))
+    return {v: c for v, c in coefficients.items() if c}, constant, affine_sum(rest)
 
 
 def _affine_expr(coefficients: dict[str, int], constant: int) -> Expr:

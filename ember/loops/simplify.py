@@ -93,25 +93,24 @@ def simplify_binary(op: str, a: Expr, b: Expr) -> Expr:
 Ranges = dict[str, tuple[int, int]]  # loop variable -> inclusive [lo, hi]
 
 
-def _terms(e: Expr) -> list[tuple[int, Expr]] | None:
-    """`e` as a sum of coefficient * term (a constant is (c, 1)), or None past add, sub and
-    multiplication by a constant."""
-    if isinstance(e, Binary) and e.dtype is INDEX and e.op in ("add", "sub"):
-        a, b = _terms(e.a), _terms(e.b)
-        if a is None or b is None:
-            return None
+def affine_terms(e: Expr) -> list[tuple[int, Expr]]:
+    """`e` as a sum of coefficient * term through add, sub and multiplication by a constant
+    (a constant is the term Const(1); anything else is a term of its own). The one affine
+    decomposition of index expressions: vector access kinds, schedule primitives and the
+    divisions below use it."""
+    if isinstance(e, Binary) and e.dtype.is_int and e.op in ("add", "sub"):
+        a, b = affine_terms(e.a), affine_terms(e.b)
         return a + ([(-c, t) for c, t in b] if e.op == "sub" else b)
-    if isinstance(e, Binary) and e.dtype is INDEX and e.op == "mul":
+    if isinstance(e, Binary) and e.dtype.is_int and e.op == "mul":
         for factor, other in ((e.b, e.a), (e.a, e.b)):
             c = _int_const(factor)
             if c is not None:
-                inner = _terms(other)
-                return None if inner is None else [(c * k, t) for k, t in inner]
+                return [(c * k, t) for k, t in affine_terms(other)]
     c = _int_const(e)
     return [(c, Const(1))] if c is not None else [(1, e)]
 
 
-def _sum(terms: list[tuple[int, Expr]]) -> Expr:
+def affine_sum(terms: list[tuple[int, Expr]]) -> Expr:
     total: Expr = Const(0)
     for c, t in terms:
         total = binary("add", total, t if c == 1 else binary("mul", t, c))
@@ -122,19 +121,17 @@ def _divide(op: str, a: Expr, d: int, ranges: Ranges) -> Expr | None:
     """floordiv(a, d) or mod(a, d) without the division where the ranges allow."""
     from ember.loops.verify import interval
 
-    terms = _terms(a)
-    if terms is None:
-        return None
+    terms = affine_terms(a)
     whole = [(c // d, t) for c, t in terms if c % d == 0]
     rest = [(c, t) for c, t in terms if c % d]
     if not whole and (span := interval(a, ranges)) is not None and not 0 <= span[0] <= span[1] < d:
         return None  # nothing to pull out, and not already in [0, d): keep the division
-    remainder = _sum(rest)
+    remainder = affine_sum(rest)
     span = interval(remainder, ranges)
     inside = span is not None and 0 <= span[0] and span[1] < d
     if op == "mod":
         return remainder if inside else Binary("mod", remainder, Const(d)) if whole else None
-    quotient = _sum(whole)
+    quotient = affine_sum(whole)
     if inside:
         return quotient
     return binary("add", quotient, Binary("floordiv", remainder, Const(d))) if whole else None
