@@ -139,7 +139,10 @@ def _divide(op: str, a: Expr, d: int, ranges: Ranges) -> Expr | None:
 
 def simplify_index(e: Expr, ranges: Ranges) -> Expr:
     """`e` with floordiv and mod by positive constants removed where `ranges` allow."""
-    from ember.loops.ir import map_expr
+    from ember.loops.ir import map_expr, walk_expr
+
+    if not any(isinstance(x, Binary) and x.op in ("floordiv", "mod") for x in walk_expr(e)):
+        return e  # nothing to remove: skip rebuilding the tree
 
     def node(x: Expr) -> Expr | None:
         if isinstance(x, Binary) and x.op in ("floordiv", "mod") and x.dtype is INDEX:
