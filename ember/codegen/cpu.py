@@ -5,7 +5,8 @@
     run = jit.entry(program.name)                   # ctypes: run(inputs, outputs, constants, arena)
 
 `emit_object` and `load_object` let a cache keep the machine code: the object bytes load
-into a fresh engine without LLVM compiling anything again.
+into a fresh engine without LLVM compiling anything again. A large program is compiled as
+several modules on all cores (`compile_objects`, `load_objects`).
 
 Code with parallel loops calls libgomp, which is loaded into the process (RTLD_GLOBAL) the
 first time such code is loaded. Its team size is a global of the module that `JitModule`
@@ -20,11 +21,13 @@ import ctypes.util
 import functools
 import importlib.util
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import llvmlite.binding as llvm
 from llvmlite import ir
+from llvmlite.binding import ffi
 
 from ember.codegen import CodegenError
 from ember.codegen.llvm import entry_name
@@ -145,11 +148,16 @@ def default_num_threads() -> int:
         return os.cpu_count() or 1
 
 
-def _check_externals(ref: llvm.ModuleRef) -> None:
-    """Every function the module calls but does not define must exist in this process:
+def _declared(ref: llvm.ModuleRef) -> list[str]:
+    """The functions `ref` calls but does not define (LLVM's intrinsics aside)."""
+    return [fn.name for fn in ref.functions
+            if fn.is_declaration and not fn.name.startswith("llvm.")]
+
+
+def _check_externals(declared: Iterable[str]) -> None:
+    """Every function the code calls but does not define must exist in this process:
     MCJIT resolves a missing symbol to address 0, so calling it would crash."""
-    declared = [fn.name for fn in ref.functions
-                if fn.is_declaration and not fn.name.startswith("llvm.")]
+    declared = list(declared)
     if any(name in OPENMP_SYMBOLS for name in declared):
         load_openmp()
     for name in declared:
@@ -222,7 +230,7 @@ def _engine(ref: llvm.ModuleRef) -> llvm.ExecutionEngine:
 
 def jit(ref: llvm.ModuleRef) -> JitModule:
     """Machine code for an optimized module (from `compile_ir`), in this process."""
-    _check_externals(ref)
+    _check_externals(_declared(ref))
     return JitModule(_engine(ref), ref)
 
 
@@ -235,22 +243,109 @@ def emit_object(module: ir.Module | str | llvm.ModuleRef, opt: int = 3) -> bytes
     """Host object code for a module; `load_object` runs it. An `llvm.ModuleRef` is taken as
     already optimized."""
     ref = module if isinstance(module, llvm.ModuleRef) else compile_ir(module, opt)
-    _check_externals(ref)
+    _check_externals(_declared(ref))
     return host_target_machine().emit_object(ref)
 
 
 def load_object(data: bytes) -> JitModule:
     """Load object code from `emit_object` into a fresh engine (no LLVM compile)."""
+    return load_objects([data])
+
+
+def load_objects(objects: Sequence[bytes]) -> JitModule:
+    """Load object files that together make one program (from `compile_objects`) into one
+    fresh engine, which links their symbols to each other; no LLVM compile runs."""
     # The linker would abort the process on a symbol it cannot resolve: load libgomp first
-    # if the object names it (its string table holds the names of the symbols it calls).
-    if any(name.encode() + b"\0" in data for name in OPENMP_SYMBOLS):
+    # if an object names it (its string table holds the names of the symbols it calls).
+    if any(name.encode() + b"\0" in data for data in objects for name in OPENMP_SYMBOLS):
         load_openmp()
     tm = new_host_target_machine()
     empty = llvm.parse_assembly(f'target triple = "{tm.triple}"\n')
     engine = llvm.create_mcjit_compiler(empty, tm)
-    engine.add_object_file(llvm.ObjectFileRef.from_data(data))
+    for data in objects:
+        engine.add_object_file(llvm.ObjectFileRef.from_data(data))
     engine.finalize_object()
     return JitModule(engine)
+
+
+# -- compiling modules on all cores ----------------------------------------------------------
+#
+# llvmlite runs every call into LLVM under one process-wide lock, because two threads may not
+# touch modules of LLVM's global context at once. A module parsed into a context of its own
+# and compiled by a target machine of its own shares nothing with other threads (LLVM's rule
+# for concurrent compilation), so the three calls that take nearly all of the time (parse,
+# the O3 pipeline, code generation) go to LLVM without the lock; ctypes releases the GIL
+# while they run, so they run on all cores.
+
+def _unlocked(function: str) -> Callable:
+    return getattr(ffi.lib, function)._cfn
+
+
+def compile_workers() -> int:
+    """Threads for compiling modules: the cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _compile_alone(text: str, opt: int, machine: Callable[[], llvm.TargetMachine]
+                   ) -> tuple[bytes, set[str], set[str]]:
+    """Object code for LLVM IR text, compiled in its own context; with the functions the
+    object defines and those it only declares."""
+    tm = machine()
+    context = llvm.create_context()
+    ref = builder = None
+    try:
+        with ffi.OutputString() as error:
+            handle = _unlocked("LLVMPY_ParseAssembly")(context, ctypes.c_char_p(text.encode()),
+                                                        error)
+            if error:
+                raise CodegenError(f"generated LLVM IR does not parse: {error}")
+        ref = llvm.ModuleRef(handle, context)
+        ref.triple = tm.triple
+        ref.data_layout = str(tm.target_data)
+        with ffi.OutputString() as error:
+            if _unlocked("LLVMPY_VerifyModule")(ref, error):
+                raise CodegenError(f"generated LLVM IR does not verify: {error}")
+        if opt:
+            builder = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(opt))
+            _unlocked("LLVMPY_RunNewModulePassManager")(builder.getModulePassManager(), ref,
+                                                         builder)
+        with ffi.OutputString() as error:
+            buffer = _unlocked("LLVMPY_TargetMachineEmitToMemory")(tm, ref, 1, error)
+            if not buffer:
+                raise CodegenError(f"LLVM code generation failed: {error}")
+        try:
+            data = ctypes.string_at(ffi.lib.LLVMPY_GetBufferStart(buffer),
+                                    ffi.lib.LLVMPY_GetBufferSize(buffer))
+        finally:
+            ffi.lib.LLVMPY_DisposeMemoryBuffer(buffer)
+        defined = {fn.name for fn in ref.functions if not fn.is_declaration}
+        return data, defined, set(_declared(ref))
+    finally:
+        if builder is not None:
+            builder.close()
+        if ref is not None:
+            ref.close()
+        context.close()
+
+
+def compile_objects(modules: Iterable[ir.Module | str], opt: int = 3,
+                    machine: Callable[[], llvm.TargetMachine] = new_host_target_machine,
+                    check_externals: bool = True) -> list[bytes]:
+    """Object code for modules that together make one program (`llvm.program_modules`),
+    compiled on all cores: each module is optimized and compiled while the next is still
+    being built (`modules` may be a generator). `machine` makes a target machine (one per
+    module). For code that will run in this process (`check_externals`), raises
+    CodegenError when the objects call a function that none defines and the process lacks."""
+    with ThreadPoolExecutor(max_workers=compile_workers()) as pool:
+        jobs = [pool.submit(_compile_alone, str(module), opt, machine) for module in modules]
+        results = [job.result() for job in jobs]
+    if check_externals:
+        defined = set().union(*(r[1] for r in results))
+        _check_externals(set().union(*(r[2] for r in results)) - defined)
+    return [data for data, _, _ in results]
 
 
 def llvm_ir_text(module: ir.Module | str, optimized: bool = True) -> str:

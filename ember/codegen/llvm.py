@@ -23,12 +23,17 @@ the element type); aligning to 64 bytes lets later vector code use aligned acces
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from llvmlite import ir
 
 from ember.codegen import CodegenError, scalar
-from ember.codegen.parallel import OPENMP_SYMBOLS, emit_parallel_for, num_threads_symbol
+from ember.codegen.parallel import (
+    OPENMP_SYMBOLS,
+    emit_parallel_for,
+    num_threads_symbol,
+    thread_count,
+)
 from ember.codegen.scalar import (
     I64,
     PTR,
@@ -65,6 +70,7 @@ from ember.loops.ir import (
     Unary,
     Var,
     operands,
+    walk_stmts,
 )
 
 VOID = ir.VoidType()
@@ -345,14 +351,18 @@ def _check_names(names: list[str], module: str, entry: str | None = None) -> Non
         seen.add(name)
 
 
-def _add_kernels(module: ir.Module, kernels: Sequence[Kernel]) -> dict[str, ir.Function]:
+def _add_kernels(module: ir.Module, kernels: Sequence[Kernel],
+                 structures: Sequence[str] | None = None,
+                 declared: Sequence[Kernel] = ()) -> dict[str, ir.Function]:
     """Each kernel's function. Kernels that differ only in name and origin (a model's
     repeated blocks: ResNet-50's 55 kernels are 30 distinct ones) are emitted once; each
-    copy is a call of the first, so LLVM optimizes and codegens each body once."""
-    functions = {k.name: declare_kernel(module, k) for k in kernels}
+    copy is a call of the first, so LLVM optimizes and codegens each body once. `declared`
+    kernels are only declared: another module defines them."""
+    structures = structures or [_structure(k) for k in kernels]
+    functions = {k.name: declare_kernel(module, k) for k in (*kernels, *declared)}
     first: dict[str, ir.Function] = {}
-    for k in kernels:
-        body = first.setdefault(_structure(k), functions[k.name])
+    for k, structure in zip(kernels, structures):
+        body = first.setdefault(structure, functions[k.name])
         if body is functions[k.name]:
             KernelEmitter(body, k).emit()
         else:
@@ -486,8 +496,45 @@ class EntryEmitter:
 def program_module(program: Program, plan: dict[str, int]) -> ir.Module:
     """One module for `program`: its kernels and its entry function. `plan` maps each temp
     buffer to its byte offset in the arena."""
+    return next(program_modules(program, plan, 1))
+
+
+def program_modules(program: Program, plan: dict[str, int], shards: int) -> Iterator[ir.Module]:
+    """`program` as up to `shards` modules that together define it, built one at a time so
+    that LLVM can compile the first while Python builds the next (`cpu.compile_objects`).
+
+    Identical kernels stay together (a copy calls its first). The groups are dealt to the
+    shards by size, largest first, each to the lightest shard. The first module holds the
+    entry, which declares the kernels that others define, and the thread-count global,
+    which the others declare; every module is named after the program, so they agree on
+    that global's name."""
     _check_names([k.name for k in program.kernels], program.name, entry_name(program.name))
-    module = ir.Module(name=program.name)
-    functions = _add_kernels(module, program.kernels)
-    EntryEmitter(module, program, plan, functions).emit()
-    return module
+    structures = [_structure(k) for k in program.kernels]
+    groups: dict[str, list[int]] = {}
+    for i, structure in enumerate(structures):
+        groups.setdefault(structure, []).append(i)
+    loads = [0] * max(1, min(shards, len(groups)))
+    members: list[list[int]] = [[] for _ in loads]
+    for structure, indices in sorted(groups.items(), key=lambda g: -len(g[0])):
+        lightest = loads.index(min(loads))
+        loads[lightest] += len(structure)
+        members[lightest] += indices
+    threaded = any(isinstance(s, For) and s.kind == "parallel"
+                   for k in program.kernels for s in walk_stmts(k.body))
+    for shard, indices in enumerate(members):
+        indices.sort()
+        module = ir.Module(name=program.name)
+        mine = [program.kernels[i] for i in indices]
+        defined = set(indices)
+        others = [k for i, k in enumerate(program.kernels) if i not in defined] \
+            if shard == 0 else []
+        functions = _add_kernels(module, mine, [structures[i] for i in indices], others)
+        if shard == 0:
+            EntryEmitter(module, program, plan, functions).emit()
+            if threaded:
+                thread_count(module)
+        else:
+            count = module.globals.get(num_threads_symbol(program.name))
+            if count is not None:
+                count.initializer = None  # defined by the first module
+        yield module

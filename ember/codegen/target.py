@@ -11,6 +11,7 @@ target machine (ember.codegen.cpu).
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
@@ -50,6 +51,13 @@ class Target:
         ref = parse(module, tm)
         optimize(ref, tm, opt)
         return tm.emit_object(ref)
+
+    def emit_objects(self, modules: Iterable[ir.Module | str], opt: int = 3) -> list[bytes]:
+        """`emit_object` for modules that together make one program, compiled on all cores
+        (`cpu.compile_objects`)."""
+        from ember.codegen.cpu import compile_objects
+
+        return compile_objects(modules, opt, lambda: self.machine(opt), check_externals=False)
 
     def compiler(self) -> str:
         """The path of this target's C compiler; a clear error when it is not installed."""

@@ -246,7 +246,8 @@ def write_library(program: Program, plan: MemoryPlan, out_dir: str | Path, targe
                   name: str = "model", input_names: list[str] | None = None,
                   output_names: list[str] | None = None) -> Path:
     """Write the library, header, metadata and example of `program` to `out_dir`."""
-    from ember.codegen.llvm import program_module
+    from ember.codegen.llvm import program_modules
+    from ember.runtime.executable import shards
 
     name = c_name(name)
     out = Path(out_dir)
@@ -264,14 +265,16 @@ def write_library(program: Program, plan: MemoryPlan, out_dir: str | Path, targe
                                        "shape": list(b.shape), "offset": o}
                                       for b, o in zip(constants, offsets)]},
             "files": {"library": f"lib{name}.so", "header": f"{name}.h", "example": "main.c"}}
-    obj = target.emit_object(program_module(program, plan.offsets))
-    parallel = any(s in obj for s in (b"GOMP_parallel\0",))
+    objects = target.emit_objects(program_modules(program, plan.offsets, shards(program)))
+    parallel = any(b"GOMP_parallel\0" in obj for obj in objects)
     (out / f"{name}.h").write_text(_header(name, meta))
     (out / "main.c").write_text(_main_c(name))
     (out / f"{name}.json").write_text(json.dumps(meta, indent=1) + "\n")
     with tempfile.TemporaryDirectory(prefix="ember-aot-") as tmp:
         work = Path(tmp)
-        (work / "kernels.o").write_bytes(obj)
+        kernels = [f"kernels{i}.o" for i in range(len(objects))]
+        for file, obj in zip(kernels, objects):
+            (work / file).write_bytes(obj)
         (work / "weights.bin").write_bytes(blob)
         (work / f"{name}.c").write_text(_runtime(name, program, plan, meta, offsets))
         (work / "weights.S").write_text(
@@ -280,7 +283,7 @@ def write_library(program: Program, plan: MemoryPlan, out_dir: str | Path, targe
             '\t.section .note.GNU-stack,"",@progbits\n')
         cc = target.compiler()
         command = [cc, "-shared", "-fPIC", "-O2", "-o", str((out / f"lib{name}.so").resolve()),
-                   f"-I{out.resolve()}", "kernels.o", f"{name}.c", "weights.S", "-lm"]
+                   f"-I{out.resolve()}", *kernels, f"{name}.c", "weights.S", "-lm"]
         if parallel:
             command.append("-lgomp")
         _run(command, work)

@@ -6,7 +6,7 @@
 The key hashes what decides the machine code: the input graph's text (constants hashed
 by their bytes), the input signature, the config, the target (triple, CPU, features) and
 Ember's version. A disk entry is a folder `<root>/<key[:2]>/<key>/` holding the object
-code (`code.o`), the constants (`constants.bin`, 64-byte aligned) and `meta.json`: the
+code (`code0.o`, `code1.o`, ...: one file per module), the constants (`constants.bin`, 64-byte aligned) and `meta.json`: the
 program's interface, memory plan, constants index, and a checksum of every file and of
 itself. Entries are written into a temp folder and renamed into place, so a reader never
 sees half an entry; one that fails its checks is discarded and rebuilt.
@@ -38,8 +38,13 @@ from ember.runtime.memory_plan import MemoryPlan, align
 
 log = logging.getLogger("ember.cache")
 
-FORMAT = 1
-CODE, CONSTANTS, META = "code.o", "constants.bin", "meta.json"
+FORMAT = 2
+CONSTANTS, META = "constants.bin", "meta.json"
+
+
+def code_file(index: int) -> str:
+    """The name of an entry's `index`-th object file."""
+    return f"code{index}.o"
 
 
 def cache_dir() -> Path:
@@ -172,8 +177,11 @@ class DiskCache:
             raise CorruptEntry("metadata checksum mismatch")
         if body["format"] != FORMAT or body["key"] != key:
             raise CorruptEntry("entry of another format or key")
-        code = (path / CODE).read_bytes()
-        _verify(code, body["files"][CODE], CODE)
+        objects = []
+        for index in range(body["objects"]):
+            name = code_file(index)
+            objects.append((path / name).read_bytes())
+            _verify(objects[-1], body["files"][name], name)
         size = body["files"][CONSTANTS][0]
         blob, _ = _aligned_empty(size)
         with open(path / CONSTANTS, "rb") as f:
@@ -186,7 +194,7 @@ class DiskCache:
             view = blob[offset:offset + nbytes].view(np_type).reshape(shape)
             view.flags.writeable = False
             constants[name] = view
-        return Artifact(code, Interface.from_json(body["interface"]),
+        return Artifact(objects, Interface.from_json(body["interface"]),
                         MemoryPlan.from_json(body["plan"]), constants, body["extra"])
 
     def store(self, key: str, artifact: Artifact) -> Path:
@@ -212,12 +220,14 @@ class DiskCache:
         blob = np.zeros(size, np.uint8)
         for (_, _, _, offset, nbytes), data in zip(index, artifact.constants.values()):
             blob[offset:offset + nbytes] = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-        _write_file(folder / CODE, artifact.object_code)
+        files = {CONSTANTS: [size, _sha(blob)]}
+        for i, data in enumerate(artifact.objects):
+            _write_file(folder / code_file(i), data)
+            files[code_file(i)] = [len(data), _sha(data)]
         _write_file(folder / CONSTANTS, blob)
         body = {"format": FORMAT, "key": key, "interface": artifact.interface.to_json(),
                 "plan": artifact.plan.to_json(), "constants": index, "extra": artifact.extra,
-                "files": {CODE: [len(artifact.object_code), _sha(artifact.object_code)],
-                          CONSTANTS: [size, _sha(blob)]}}
+                "objects": len(artifact.objects), "files": files}
         meta = {"checksum": _sha(_canonical(body)), "body": body}
         _write_file(folder / META, json.dumps(meta, indent=1).encode())
 

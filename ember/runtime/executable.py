@@ -229,10 +229,10 @@ class Executable:
 
 @dataclass
 class Artifact:
-    """A compiled program as the disk cache stores it: object code plus what running it
-    needs, and nothing of the IR."""
+    """A compiled program as the disk cache stores it: object code (one object file per
+    module the program was compiled as) plus what running it needs, and nothing of the IR."""
 
-    object_code: bytes
+    objects: list[bytes]
     interface: Interface
     plan: MemoryPlan
     constants: dict[str, np.ndarray]
@@ -241,20 +241,29 @@ class Artifact:
 
 def build_artifact(program: Program, plan: MemoryPlan | None = None) -> Artifact:
     """Plan memory (unless given a plan) and compile `program` to host object code."""
-    from ember.codegen.cpu import emit_object
-    from ember.codegen.llvm import entry_name, program_module
+    from ember.codegen.cpu import compile_objects
+    from ember.codegen.llvm import entry_name, program_modules
 
     plan = plan or plan_memory(program)
-    code = emit_object(program_module(program, plan.offsets))
-    return Artifact(code, Interface.of(program, entry_name(program.name)), plan,
+    objects = compile_objects(program_modules(program, plan.offsets, shards(program)))
+    return Artifact(objects, Interface.of(program, entry_name(program.name)), plan,
                     dict(program.constants))
+
+
+def shards(program: Program) -> int:
+    """How many modules to compile `program` as: two per core, so that the cores stay busy
+    while Python builds the next module, for programs large enough to be worth it."""
+    from ember.codegen.cpu import compile_workers
+
+    workers = compile_workers()
+    return 1 if workers == 1 or len(program.kernels) < 8 else 2 * workers
 
 
 def load_artifact(artifact: Artifact) -> Executable:
     """Load an artifact's object code into a fresh engine: no LLVM compile runs."""
-    from ember.codegen.cpu import load_object
+    from ember.codegen.cpu import load_objects
 
-    jit = load_object(artifact.object_code)
+    jit = load_objects(artifact.objects)
     return Executable(artifact.interface, artifact.plan, jit.address(artifact.interface.entry),
                       jit, artifact.constants, artifact.extra)
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from ember.codegen import CodegenError, cpu
-from ember.codegen.llvm import kernel_module, program_module
+from ember.codegen.llvm import kernel_module, program_module, program_modules
 from ember.dtypes import DType
 from ember.graph.ops.elementwise import BINARY_OPS as GRAPH_BINARY
 from ember.graph.ops.elementwise import UNARY_OPS as GRAPH_UNARY
@@ -444,6 +444,49 @@ def test_object_code_loads_into_a_fresh_engine() -> None:
                      cpu.pointer_array([ptr(b), ptr(s)]), ptr(arena))
     assert (y == 4).all()
     assert jit.address("add_bias")  # kernels stay callable on their own
+
+
+SHARDED = TWO_KERNELS.replace("program @two {", """kernel @add_bias_again(%x: f32[4,8], %b: f32[8], %out: f32[4,8]) {
+  for %i = 0 to 4 parallel {
+    for %j = 0 to 8 vectorized { %out[%i, %j] = add(%x[%i, %j], %b[%j]) }
+  }
+}
+program @two {""").replace("call @relu_scale(%t, %s, %y)", """call @relu_scale(%t, %s, %y)
+  call @add_bias_again(%y, %b, %t)
+  call @relu_scale(%t, %s, %y)""")
+
+
+def test_a_program_compiled_as_several_modules_on_all_cores() -> None:
+    program = parse_program(SHARDED)
+    modules = list(program_modules(program, {"t": 0}, shards=3))
+    assert len(modules) == 2  # two distinct bodies: a copy stays with its first
+    defined = [{f.name for f in m.functions if not f.is_declaration} for m in modules]
+    assert any({"add_bias", "add_bias_again"} <= names for names in defined)
+    assert "two_entry" in defined[0]
+    texts = [str(m) for m in modules]
+    assert sum('@"two_num_threads" = global' in t for t in texts) == 1  # one definition
+    assert all('@"two_num_threads" = external global' in t
+               for t in texts if "two_num_threads" in t and "= global" not in t)
+
+    jit = cpu.load_objects(cpu.compile_objects(iter(modules)))
+    assert jit.set_num_threads("two", 2)
+    x = np.ones((4, 8), np.float32)
+    b, s, y = np.full(8, 1, np.float32), np.array(2, np.float32), np.zeros((4, 8), np.float32)
+    arena = np.zeros(128, np.uint8)
+    jit.entry("two")(cpu.pointer_array([ptr(x)]), cpu.pointer_array([ptr(y)]),
+                     cpu.pointer_array([ptr(b), ptr(s)]), ptr(arena))
+    assert (y == 10).all()  # ((1 + 1) * 2 + 1) * 2
+
+
+def test_compiling_modules_reports_bad_ir_and_missing_functions() -> None:
+    with pytest.raises(CodegenError, match="does not parse"):
+        cpu.compile_objects(["define void @f() { ret i32 }"])
+    with pytest.raises(CodegenError, match="'ember_nowhere', which this process lacks"):
+        cpu.compile_objects(["declare void @ember_nowhere()\n"
+                             "define void @f() { call void @ember_nowhere() ret void }"])
+    # defined by another module of the same program: found
+    cpu.compile_objects(["declare void @g()\ndefine void @f() { call void @g() ret void }",
+                         "define void @g() { ret void }"])
 
 
 def test_dumps() -> None:

@@ -43,12 +43,12 @@ def build_handmade() -> Artifact:
     """The stand-in for 'run every stage': the handmade program's object code."""
     program = handmade.program()
     plan = plan_memory(program)
-    return Artifact(handmade.object_code(plan), Interface.of(program, handmade.ENTRY), plan,
+    return Artifact([handmade.object_code(plan)], Interface.of(program, handmade.ENTRY), plan,
                     {"c": C.copy()})
 
 
 def load_handmade(artifact: Artifact) -> Executable:
-    engine, address = handmade.load_object(artifact.object_code)
+    engine, address = handmade.load_object(artifact.objects[0])
     return Executable(artifact.interface, artifact.plan, address, engine, artifact.constants)
 
 
@@ -92,7 +92,7 @@ def test_entry_round_trip(tmp_path) -> None:
     disk.store("ab" * 32, artifact)
     loaded = disk.load("ab" * 32)
     assert loaded is not None
-    assert loaded.object_code == artifact.object_code
+    assert loaded.objects == artifact.objects
     assert loaded.interface == artifact.interface and loaded.plan == artifact.plan
     assert loaded.extra == artifact.extra
     assert list(loaded.constants) == list(artifact.constants)
@@ -107,7 +107,7 @@ def test_entry_round_trip(tmp_path) -> None:
 
 
 def corrupt_code(path: Path) -> None:
-    code = path / "code.o"
+    code = path / "code0.o"
     code.write_bytes(code.read_bytes()[:100])
 
 
@@ -128,7 +128,7 @@ def corrupt_constants(path: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", [corrupt_code, corrupt_json, tamper_json, corrupt_constants,
-                                    lambda p: (p / "code.o").unlink()])
+                                    lambda p: (p / "code0.o").unlink()])
 def test_corrupt_entry_is_discarded_and_rebuilt(tmp_path, damage) -> None:
     disk, key = DiskCache(tmp_path), "cd" * 32
     stats = CacheStats()
