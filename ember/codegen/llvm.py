@@ -44,7 +44,13 @@ from ember.codegen.scalar import (
     storage_type,
     to_storage,
 )
-from ember.codegen.vector import emit_streaming, emit_unrolled, emit_vectorized, streaming_width
+from ember.codegen.vector import (
+    emit_streaming,
+    emit_unrolled,
+    emit_vectorized,
+    flatten,
+    streaming_width,
+)
 from ember.dtypes import DType
 from ember.loops.ir import (
     INDEX,
@@ -229,7 +235,10 @@ class KernelEmitter:
             raise self.error(f"%{name} has rank {len(buf.shape)}, indexed with {len(index)}")
         b = self.b
         offset = None
-        for i, stride in zip(index, buf.strides):
+        # Dimensions split by a flat position are addressed by that position: a weight
+        # read at (k // 9, k // 3 % 3, k % 3) costs one multiply, not four divisions.
+        index, shape = flatten(index, buf.shape)
+        for i, stride in zip(index, Buffer("", buf.dtype, tuple(shape)).strides):
             term = self.index(i)
             if stride != 1:
                 term = b.mul(term, ir.Constant(I64, stride))

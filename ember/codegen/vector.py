@@ -143,6 +143,11 @@ def flatten_index(index: Sequence[Expr], shape: Sequence[int]) -> list[Expr]:
     (an output written by its flat position, as a convolution's (oh, ow)), and
     [.., mod(floordiv(e, D), X), mod(e, D)] is [.., mod(e, X * D)] (a weight read by a
     flat (c, kh, kw)). The merged index addresses the same element."""
+    return flatten(index, shape)[0]
+
+
+def flatten(index: Sequence[Expr], shape: Sequence[int]) -> tuple[list[Expr], list[int]]:
+    """`flatten_index`, with the extents of the merged dimensions."""
     dims = list(zip(index, shape))
     merged = True
     while merged:
@@ -163,7 +168,7 @@ def flatten_index(index: Sequence[Expr], shape: Sequence[int]) -> list[Expr]:
             dims[d:d + 2] = [(one, high_extent * low_extent)]
             merged = True
             break
-    return [i for i, _ in dims]
+    return [i for i, _ in dims], [extent for _, extent in dims]
 
 
 def access_kind(index: Sequence[Expr], name: str, shape: Sequence[int] | None = None) -> str:

@@ -51,7 +51,7 @@ def lower_to_program(graph: Graph, config: Config, timings: dict | None = None):
 
     timings = {} if timings is None else timings
     start = time.perf_counter()
-    passes = DEFAULT_PIPELINE + (["fuse", "dce"] if config.fusion else [])
+    passes = DEFAULT_PIPELINE + ["pad_convs"] + (["fuse", "dce"] if config.fusion else [])
     optimized = PassManager(passes).run(clone_graph(graph))
     timings["graph passes"] = time.perf_counter() - start
     start = time.perf_counter()

@@ -52,6 +52,22 @@ def test_flatten_index_merges_quotient_and_remainder() -> None:
     assert flatten_index(kept, (5, 8)) == kept
 
 
+def test_scalar_access_by_flat_position_needs_no_division() -> None:
+    """A scalar load at (k // 9, k // 3 % 3, k % 3) is addressed by k (a conv's weight read
+    in place by the GEMM's micro-kernel): no division is emitted, and it reads the same."""
+    text = """kernel @k(%w: f32[4,3,3], %y: f32[36]) {
+  for %k = 0 to 36 {
+    %y[%k] = %w[floordiv(%k, 9), mod(floordiv(%k, 3), 3), mod(%k, 3)]
+  }
+}"""
+    kernel = verify_kernel(parse_kernel(text))
+    ir_text = cpu.llvm_ir_text(kernel_module([kernel]), optimized=False)
+    assert not any(op in ir_text for op in ("sdiv", "udiv", "srem", "urem"))
+    w, y = RNG.standard_normal((4, 3, 3)).astype(np.float32), np.zeros(36, np.float32)
+    run(text, w, y)
+    np.testing.assert_array_equal(y, w.reshape(-1))
+
+
 def test_store_by_flat_position_is_one_vector_store() -> None:
     text = """kernel @k(%x: f32[2,21], %y: f32[2,3,7]) {
   for %n = 0 to 2 {

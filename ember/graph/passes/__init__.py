@@ -55,6 +55,7 @@ def _load() -> None:
         fold,
         fold_affine,
         fuse,
+        pad_convs,
     )
 
 

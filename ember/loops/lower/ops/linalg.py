@@ -216,11 +216,12 @@ def conv_gemm(ctx: LowerContext) -> list[Stmt] | None:
         b = Select(all_of(conds), b, Const(0.0, f32))
     acc = accumulator(ctx)
     store = store_result(ctx, [n, m, oh, ow], _add_bias(ctx, acc, m))
-    # A's index splits k into (c, kh, kw): copy its blocks once (k contiguous) instead of
-    # splitting k at every use in the micro-kernel. K = c * kh * kw is summed in one pass
-    # up to 8192 (ResNet's deepest is 4608): passes over a workspace measured 4x slower on
-    # a 512-channel 3x3 conv at 7x7 (8.9 ms against 2.3).
-    schedule = GemmSchedule(pack_a=taps > 1, kc=8192)
+    # A is W read in place: its index splits k into (c, kh, kw), which code generation
+    # addresses by k itself (flatten_index), so copying A's blocks would only copy them
+    # (a 512-channel 3x3 conv at 7x7: 1.96 ms copied, 1.67 ms in place). K = c * kh * kw
+    # is summed in one pass up to 8192 (ResNet's deepest is 4608): passes over a workspace
+    # measured 2-4x slower on 3x3 convs.
+    schedule = GemmSchedule(kc=8192)
 
     def b_panel(values: dict[str, Expr], col0: Expr, jj: Var) -> Expr:
         """B at column col0 + jj without a division on the lane (vector code has none):
@@ -233,6 +234,12 @@ def conv_gemm(ctx: LowerContext) -> list[Stmt] | None:
                  for t in range(1, (ow_n + schedule.nr - 2) // ow_n + 1)]
         q = sum(wraps[1:], wraps[0]) if wraps else Const(0)
         row, col = col0 // ow_n + q, e - q * ow_n
+        if not conds:  # every tap of every output inside x (ember/graph/passes/pad_convs.py)
+            if (oh_n * ow_n) % schedule.nr:  # lanes past N: their rows are clamped
+                row = Select(Binary("ge", row, Const(oh_n)), Const(oh_n - 1), row)
+            at = [window_position(o, tap, s_, 0, d_)
+                  for o, tap, s_, d_ in zip((row, col), (th, tw), strides, dilations)]
+            return ctx.load(0, [image, cc, *at])
         at, inside = [], []
         for o, tap, size, s_, pb_, d_ in zip((row, col), (th, tw), (h, wd), strides, pb,
                                              dilations):
@@ -257,6 +264,8 @@ def conv_gemm(ctx: LowerContext) -> list[Stmt] | None:
             image, kk = values[n.name], values[k.name]
             cc, th, tw = (kk // taps, (kk // kw_n) % kh_n, kk % kw_n) if taps > 1 else (kk, 0, 0)
             ih = window_position(row, th, sh, ph, dh)
+            if not conds:  # no padding: the panel's row is inside x
+                return ctx.load(0, [image, cc, ih, c0 + tw * dw + jj])
             at = Select(Binary("lt", ih, Const(0)), Const(0),
                         Select(Binary("ge", ih, Const(h)), Const(h - 1), ih))
             load = ctx.load(0, [image, cc, at, c0 - pw + tw * dw + jj])
