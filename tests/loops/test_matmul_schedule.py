@@ -126,7 +126,7 @@ def test_schedule_after(schedule) -> None:
 def test_one_tile_reads_b_in_place() -> None:
     # A vector times a matrix: no packed B; the last panel (past N) reads B's last column.
     kernel = kernel_of(matmul_graph((17,), (17, 40)))
-    nr = 32 if gemm._vector_bits() >= 512 else 16  # the host's default tile width
+    nr = 32 if gemm.wide_vectors() else 16  # the host's default tile width
     assert [b.shape for b in kernel.locals] == [(), (1, nr)]
     text = print_kernel(kernel)
     assert "if le(add(mul(%jr" in text and "%x1[%k" in text and ", 39)]" in text

@@ -197,7 +197,7 @@ def default_gemm_schedule(g: Gemm) -> GemmSchedule:
     784 x 512 layer: 0.104 -> 0.04 ms)."""
     if g.m <= 2 and not g.batch and g.n >= 64:
         return GemmSchedule(nr=64)
-    if _vector_bits() >= 512:
+    if wide_vectors():
         # 32 registers of 16 lanes: an 8 x 32 tile is 16 accumulators, enough to hide the
         # FMA latency, where 6 x 16 has 6 (BERT's 128 x 3072 x 768: 179 -> 198 GFLOP/s on
         # 2 threads; 1024^3 and 2048^3 1-3% faster).
@@ -206,11 +206,12 @@ def default_gemm_schedule(g: Gemm) -> GemmSchedule:
 
 
 @functools.cache
-def _vector_bits() -> int:
-    """The width of the host's vector registers (the JIT's target; its cache key has it)."""
+def wide_vectors() -> bool:
+    """Whether the host (the JIT's target; its cache key has it) has 512-bit vectors and so
+    32 vector registers."""
     from ember.codegen.target import host_target
 
-    return host_target().vector_bits
+    return host_target().vector_bits >= 512
 
 
 def _ceil(a: int, b: int) -> int:

@@ -32,7 +32,13 @@ from ember.loops.ir import (
     binary,
 )
 from ember.loops.lower.core import LowerContext, lowering
-from ember.loops.schedules.gemm import Gemm, GemmSchedule, apply_gemm, schedule_matmul
+from ember.loops.schedules.gemm import (
+    Gemm,
+    GemmSchedule,
+    apply_gemm,
+    schedule_matmul,
+    wide_vectors,
+)
 
 # -- shared helpers -----------------------------------------------------------------------
 
@@ -220,8 +226,9 @@ def conv_gemm(ctx: LowerContext) -> list[Stmt] | None:
     # addresses by k itself (flatten_index), so copying A's blocks would only copy them
     # (a 512-channel 3x3 conv at 7x7: 1.96 ms copied, 1.67 ms in place). K = c * kh * kw
     # is summed in one pass up to 8192 (ResNet's deepest is 4608): passes over a workspace
-    # measured 2-4x slower on 3x3 convs.
-    schedule = GemmSchedule(kc=8192)
+    # measured 2-4x slower on 3x3 convs. AVX-512's 32 registers take 8 rows of 16 (1-5%
+    # faster on ResNet's convs than 6; 32 columns would leave fewer panels inside a row).
+    schedule = GemmSchedule(kc=8192, mr=8 if wide_vectors() else 6)
 
     def b_panel(values: dict[str, Expr], col0: Expr, jj: Var) -> Expr:
         """B at column col0 + jj without a division on the lane (vector code has none):
