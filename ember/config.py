@@ -27,6 +27,10 @@ class Config:
     tune_budget: float = 10.0
     # Keep compiled code on disk (EMBER_CACHE_DIR) so that a new process skips every stage.
     disk_cache: bool = True
+    # Make scaled dot-product attention one kernel with an online softmax (the
+    # fuse_attention pass): memory for a row of scores instead of all of them, but measured
+    # 2x slower than the unfused GEMMs and softmax at sequence lengths 128-2048, so off.
+    fuse_attention: bool = False
 
     def __post_init__(self) -> None:
         if self.executor not in EXECUTORS:

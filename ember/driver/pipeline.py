@@ -51,7 +51,10 @@ def lower_to_program(graph: Graph, config: Config, timings: dict | None = None):
 
     timings = {} if timings is None else timings
     start = time.perf_counter()
-    passes = DEFAULT_PIPELINE + ["pad_convs"] + (["fuse", "dce"] if config.fusion else [])
+    # Lowering decisions around the default pipeline: attention before `decompose` splits
+    # its softmax, explicit conv padding after `canonicalize` absorbs pads into convs.
+    passes = (["fuse_attention"] if config.fuse_attention else []) + DEFAULT_PIPELINE + \
+        ["pad_convs"] + (["fuse", "dce"] if config.fusion else [])
     optimized = PassManager(passes).run(clone_graph(graph))
     timings["graph passes"] = time.perf_counter() - start
     start = time.perf_counter()

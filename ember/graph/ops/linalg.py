@@ -226,3 +226,43 @@ define("conv_transpose", arity=(2, 3), infer=_conv_transpose_infer,
        traits=("pure",),
        summary="N-d transposed convolution (ONNX ConvTranspose, explicit pads):"
                " w [C,M/groups,*K]", family="linalg")
+
+# -- attention -----------------------------------------------------------------------------
+
+
+def _attention_infer(types, attrs):
+    q, kt, v = types[:3]
+    same_dtype(types)
+    require_dtype(q, FLOAT_TYPES)
+    if not q.rank == kt.rank == v.rank == 3:
+        raise ShapeError(f"q, kt and v must have rank 3 ([batch, rows, dim]), got {q}, {kt}, {v}")
+    batch, rows, dim = q.shape
+    keys = kt.shape[2]
+    if kt.shape[:2] != (batch, dim) or v.shape[:2] != (batch, keys):
+        raise ShapeError(f"attention needs q [B, L, D], kt [B, D, S] and v [B, S, E], got"
+                         f" {q}, {kt} and {v}")
+    if len(types) == 4:
+        mask = types[3]
+        if mask.rank != 3 or mask.shape[0] not in (1, batch) or mask.shape[1:] != (rows, keys):
+            raise ShapeError(f"the mask must be [1 or {batch}, {rows}, {keys}], got {mask}")
+    return q.with_shape((batch, rows, v.shape[2]))
+
+
+def _attention_reference(q, kt, v, mask=None, *, empty_rows_zero):
+    scores = np.matmul(q, kt)
+    if mask is not None:
+        scores = scores + mask
+    top = scores.max(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        weights = np.exp(scores - top)
+        weights = weights / weights.sum(axis=-1, keepdims=True)
+    if empty_rows_zero:
+        weights = np.where(np.isneginf(scores).all(axis=-1, keepdims=True), 0, weights)
+    return np.matmul(weights, v).astype(q.dtype)
+
+
+define("attention", arity=(3, 4), infer=_attention_infer, reference=_attention_reference,
+       attrs={"empty_rows_zero": Attr("bool", False)}, traits=("pure",), family="linalg",
+       summary="softmax(q @ kt + mask) @ v over the last axis (scaled dot-product attention,"
+               " the scale already in q and kt); rows whose scores are all -inf give 0 with"
+               " empty_rows_zero, else NaN")

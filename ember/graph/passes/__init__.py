@@ -48,6 +48,7 @@ def all_passes() -> list[GraphPass]:
 
 def _load() -> None:
     from ember.graph.passes import (  # noqa: F401  (registration)
+        attention,
         canonicalize,
         cse,
         dce,
