@@ -76,8 +76,10 @@ from ember.loops.ir import (
     Unary,
     Var,
     operands,
+    walk_expr,
     walk_stmts,
 )
+from ember.loops.verify import interval
 
 VOID = ir.VoidType()
 ENTRY_ARGS = ("inputs", "outputs", "constants", "arena")
@@ -119,12 +121,15 @@ class KernelEmitter:
         self.local_names = {local.name for local in kernel.locals}
         self.shapes = {b.name: b.shape for b in (*kernel.params, *kernel.locals)}
         self.vars: dict[str, ir.Value] = {}  # loop variable -> the i64 slot holding its value
+        self.ranges: dict[str, tuple[int, int]] = {}  # loop variable -> its values, if known
         self.in_parallel = in_parallel  # inside an outlined parallel body: loops run serially
 
     def nested(self, fn: ir.Function, private: Sequence[Buffer]) -> KernelEmitter:
         """An emitter for `fn`, the outlined body of a parallel loop of this kernel, with its
         own copies of the locals `private`; the caller binds parameters and variables."""
-        return KernelEmitter(fn, self.kernel, private, in_parallel=True)
+        emitter = KernelEmitter(fn, self.kernel, private, in_parallel=True)
+        emitter.ranges = dict(self.ranges)
+        return emitter
 
     def error(self, message: str) -> CodegenError:
         return CodegenError(f"kernel @{self.kernel.name}: {message}")
@@ -166,6 +171,17 @@ class KernelEmitter:
     def for_(self, s: For) -> None:
         if s.step == 0:
             raise self.error(f"loop %{s.var.name} has step 0")
+        span, outer = _values(s, self.ranges), self.ranges.pop(s.var.name, None)
+        if span is not None:
+            self.ranges[s.var.name] = span
+        try:
+            self.loop_of_kind(s)
+        finally:
+            self.ranges.pop(s.var.name, None)
+            if outer is not None:
+                self.ranges[s.var.name] = outer
+
+    def loop_of_kind(self, s: For) -> None:
         if s.kind == "parallel" and not self.in_parallel:
             emit_parallel_for(self, s)
             return
@@ -264,6 +280,40 @@ class KernelEmitter:
             raise self.error(f"loading %{e.buffer}: {buf.dtype} as {e.dtype}")
         return load_scalar(self.b, ptr, buf.dtype)
 
+    def select(self, e: Select) -> ir.Value:
+        """select(c, a, b) evaluates only the side it picks (the interpreter's rule, and what
+        the verifier allows): when a load on either side may fall outside its buffer, the
+        sides are branched around; when every load is in bounds by the loop ranges, both
+        are computed for one `select` instruction."""
+        loads = [x for side in (e.a, e.b) for x in walk_expr(side) if isinstance(x, Load)]
+        if all(self.in_bounds(x) for x in loads):
+            return self.operation(e)
+        cond = self.expr(e.cond)
+        b = self.b
+        with b.if_else(cond) as (then, otherwise):
+            with then:
+                picked, picked_block = self.expr(e.a), b.block
+            with otherwise:
+                other, other_block = self.expr(e.b), b.block
+        if e.cond.dtype is not DType.bool or e.a.dtype is not e.b.dtype:
+            return self.expr_of(e, [cond, picked, other])  # its error
+        phi = b.phi(picked.type)
+        phi.add_incoming(picked, picked_block)
+        phi.add_incoming(other, other_block)
+        return phi
+
+    def in_bounds(self, e: Load) -> bool:
+        """Whether every index of `e` lies in its buffer for all values of the loop
+        variables (as far as their ranges are known here)."""
+        if e.buffer not in self.buffers:
+            return False
+        shape = self.buffers[e.buffer][1].shape
+        for i, dim in zip(e.index, shape):
+            span = interval(i, self.ranges)
+            if span is None or span[0] < 0 or span[1] >= dim:
+                return False
+        return True
+
     def operation(self, e: Unary | Binary | Select | Fma | Cast | Bitcast) -> ir.Value:
         return self.expr_of(e, [self.expr(x) for x in operands(e)])
 
@@ -305,7 +355,7 @@ class KernelEmitter:
             raise self.error(str(error)) from None
 
     EXPR = {Const: const, Var: var, Load: load, Unary: operation, Binary: operation,
-            Select: operation, Fma: operation, Cast: operation, Bitcast: operation}
+            Select: select, Fma: operation, Cast: operation, Bitcast: operation}
 
 
 def emit_while(b: ir.IRBuilder, counter: ir.Value, more: Callable[[ir.Value], ir.Value],
@@ -323,6 +373,14 @@ def emit_while(b: ir.IRBuilder, counter: ir.Value, more: Callable[[ir.Value], ir
     b.store(b.add(b.load(counter, typ=I64), ir.Constant(I64, step)), counter)
     b.branch(header)
     b.position_at_end(done)
+
+
+def _values(s: For, ranges: dict[str, tuple[int, int]]) -> tuple[int, int] | None:
+    """The range of `s`'s variable, from the ranges of its bounds (a hull: all it takes)."""
+    start, stop = interval(s.start, ranges), interval(s.stop, ranges)
+    if start is None or stop is None:
+        return None
+    return (start[0], stop[1] - 1) if s.step > 0 else (stop[0] + 1, start[1])
 
 
 def emit_if(b: ir.IRBuilder, cond: ir.Value, s: If,

@@ -22,6 +22,9 @@ LLVM splits or widens the vectors to its registers, so a schedule picks W for it
 - a store is contiguous, or writes a local at a uniform index at the top of the body that
   the body reads only after that store, at that index: such a local is a per-lane
   temporary held in a register (after the loop it holds the last active lane's value);
+- a `select` whose condition differs between lanes and whose first side is a load of f32
+  or f64 loads only on the lanes it picks (a masked load or gather), so that the other
+  lanes may address memory outside the buffer (a conv's row segments);
 - expressions that are the same in every lane are scalar code (ember.codegen.scalar);
   lane-varying ones are vector instructions with the scalar code's semantics: float
   add/sub/mul/div/max/min/neg/abs/sqrt, fma, comparisons, select, integer add/sub/mul and
@@ -425,12 +428,23 @@ class VectorBody:
             return self.em.expr(e)
         if isinstance(e, Load):
             return self.load(e)
+        if isinstance(e, Select) and isinstance(e.a, Load) and self.varies(e.cond) and \
+                e.a.dtype in (DType.f32, DType.f64) and e.a.buffer not in self.lane_values:
+            buf = self.em.kernel.buffer(e.a.buffer)
+            if access_kind(e.a.index, self.loop.var.name, buf.shape) != "uniform":
+                # A guarded load: the lanes whose condition is false read nothing (a masked
+                # load), so the index may leave the buffer there, as the interpreter's
+                # select, which evaluates only the side it picks, allows.
+                return self.load(e.a, self.expr(e.cond), self.expr(e.b))
         values = [self.expr(x) for x in operands(e)]
         if not any(_is_vector(v) for v in values):
             return self.em.expr_of(e, values)  # the scalar code, on the values computed here
         return self.vector_op(e, values)
 
-    def load(self, e: Load) -> ir.Value:
+    def load(self, e: Load, guard: ir.Value | None = None,
+             otherwise: ir.Value | None = None) -> ir.Value:
+        """`e` on the active lanes; with `guard` (a lane mask, from a select around the
+        load), only where it holds, `otherwise` (f32 or f64) elsewhere."""
         if e.buffer in self.lane_values:
             return self.lane_values[e.buffer]
         buf = self.em.kernel.buffer(e.buffer)
@@ -439,22 +453,25 @@ class VectorBody:
             return self.em.expr(e)
         t = self.vec(storage_type(buf.dtype))
         align = ir.Constant(I32, buf.dtype.itemsize)
+        mask = self.mask if guard is None else \
+            guard if self.mask is None else self.b.and_(self.mask, guard)
+        fill = ir.Constant(t, None) if otherwise is None else \
+            otherwise if _is_vector(otherwise) else self.splat(otherwise)
         if kind == "contiguous":
             ptr, _ = self.base(e.buffer, e.index)
-            if self.mask is None:
+            if mask is None:
                 raw = self.b.load(ptr, typ=t, align=buf.dtype.itemsize)
             else:
                 fn = declare(self.b, f"llvm.masked.load.{_mangle(t)}.p0", t,
-                             [scalar.PTR, I32, self.mask.type, t])
-                raw = self.b.call(fn, [self.b.bitcast(ptr, scalar.PTR), align, self.mask,
-                                       ir.Constant(t, None)])
+                             [scalar.PTR, I32, mask.type, t])
+                raw = self.b.call(fn, [self.b.bitcast(ptr, scalar.PTR), align, mask, fill])
             return self.from_storage(raw, buf.dtype)
         pointers = self.gather_pointers(e.buffer, e.index)
-        mask = self.mask if self.mask is not None else \
+        mask = mask if mask is not None else \
             ir.Constant(self.vec(ir.IntType(1)), [1] * self.width)
         fn = declare(self.b, f"llvm.masked.gather.{_mangle(t)}.{_mangle(pointers.type)}", t,
                      [pointers.type, I32, mask.type, t])
-        raw = self.b.call(fn, [pointers, align, mask, ir.Constant(t, None)])
+        raw = self.b.call(fn, [pointers, align, mask, fill])
         return self.from_storage(raw, buf.dtype)
 
     def gather_pointers(self, name: str, index: Sequence[Expr]) -> ir.Value:

@@ -183,7 +183,10 @@ class _KernelVerifier:
                 self.fail(f"{e.op} of {a} and {b}: operand dtypes differ")
             return DType.bool if e.op in COMPARISONS else a
         if isinstance(e, Select):
-            if self.expr(e.cond, ranges) is not DType.bool:
+            # A select evaluates only the side it picks (the interpreter's rule; vector code
+            # masks the loads): its sides may index out of bounds where not picked.
+            cond_ranges, ranges = ranges, {**ranges, GUARDED: None}
+            if self.expr(e.cond, cond_ranges) is not DType.bool:
                 self.fail("select condition must be bool")
             a, b = self.expr(e.a, ranges), self.expr(e.b, ranges)
             if a is not b:

@@ -89,6 +89,53 @@ def test_store_by_flat_position_is_one_vector_store() -> None:
 
 # -- gathers -------------------------------------------------------------------------------------
 
+def _before_a_guard_page(count: int):
+    """`count` f32s that end where a page nobody may read begins (keep the mmap alive)."""
+    import ctypes
+    import mmap
+
+    page = mmap.PAGESIZE
+    region = mmap.mmap(-1, 2 * page)
+    base = np.frombuffer(region, np.float32)
+    if ctypes.CDLL(None).mprotect(ctypes.c_void_p(base.ctypes.data + page), page, 0):
+        pytest.skip("mprotect failed")
+    return region, base[page // 4 - count:page // 4]
+
+
+@pytest.mark.parametrize("kind", ["vectorized", "serial"])
+@pytest.mark.parametrize("index", ["add(%j, 16)", "mul(%j, 5)"])  # contiguous, gather
+def test_a_select_around_a_load_reads_only_its_lanes(index: str, kind: str) -> None:
+    """select(c, load, other) loads only where c holds, as the interpreter's select
+    evaluates only the side it picks: vector code masks the load (a masked load or gather),
+    scalar code branches around it. The other lanes' addresses lie past the end of %x, on a
+    page that faults when read."""
+    region, x = _before_a_guard_page(20)
+    x[:] = RNG.standard_normal(20).astype(np.float32)
+    y = np.zeros(16, np.float32)
+    text = f"""kernel @k(%x: f32[20], %y: f32[16]) {{
+  for %j = 0 to 16 {kind} {{
+    %y[%j] = select(lt({index}, 20), %x[{index}], -1.0:f32)
+  }}
+}}"""
+    run(text, x, y)
+    step = 5 if index.startswith("mul") else 1
+    want = [x[j * step + (16 if step == 1 else 0)] if j * step + (16 if step == 1 else 0) < 20
+            else -1.0 for j in range(16)]
+    np.testing.assert_array_equal(y, np.array(want, np.float32))
+    assert not region.closed  # the guard page stays mapped until the views are gone
+
+
+def test_a_select_whose_loads_are_in_bounds_stays_a_select() -> None:
+    """Loads that the loop ranges keep inside their buffers are computed on both sides,
+    for one select instruction (no branch in the loop)."""
+    text = """kernel @k(%c: bool[8], %a: f32[8], %b: f32[8], %y: f32[8]) {
+  for %j = 0 to 8 { %y[%j] = select(%c[%j], %a[%j], %b[sub(7, %j)]) }
+}"""
+    ir_text = cpu.llvm_ir_text(kernel_module([verify_kernel(parse_kernel(text))]),
+                               optimized=False)
+    assert " select " in ir_text and "phi float" not in ir_text
+
+
 def test_gather_with_clamped_vector_index() -> None:
     # A window read at clamped columns with zeros outside (what conv packing does): the
     # index is selects and adds, which have vector code.

@@ -201,3 +201,30 @@ def test_panels_inside_a_row_load_row_segments() -> None:
                     if getattr(e, "buffer", None) == "x0":
                         kinds.add(access_kind(e.index, loop.var.name, shapes["x0"]))
     assert {"contiguous", "gather"} <= kinds
+
+
+@pytest.mark.parametrize("width", [7, 14, 45])
+def test_unpadded_stride_one_panels_are_masked_row_segments(width: int) -> None:
+    """Without padding (after pad_convs) at column stride 1, every panel is packed from row
+    segments of x: each a contiguous load masked to its lanes, in a vectorized loop, so no
+    gather and no read outside x (rows narrower than a panel take several segments)."""
+    from ember.codegen.vector import access_kind, plan_vector
+
+    graph = conv_graph((1, 4, width + 2, width + 2), (16, 4, 3, 3), False, (1, 1),
+                       (0, 0, 0, 0), (1, 1))
+    (kernel,) = lower_graph(graph).kernels
+    shapes = {b.name: b.shape for b in (*kernel.params, *kernel.locals)}
+    kinds = set()
+    for loop in walk_stmts(kernel.body):
+        if isinstance(loop, For) and loop.kind == "vectorized":
+            reads_x = [e for s in loop.body for e in walk_expr(getattr(s, "value", Const(0)))
+                       if getattr(e, "buffer", None) == "x0"]
+            if reads_x:
+                assert not isinstance(plan_vector(loop, {b.name for b in kernel.locals},
+                                                  shapes), str)
+                kinds |= {access_kind(e.index, loop.var.name, shapes["x0"]) for e in reads_x}
+    assert kinds == {"contiguous"}
+    x, w = data(1, 4, width + 2, width + 2), data(16, 4, 3, 3)
+    got = ember.compile(graph, config=CPU)(x, w)[0]
+    want = torch_conv(x, w, None, (1, 1), (0, 0, 0, 0), (1, 1))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
