@@ -228,3 +228,16 @@ def test_unpadded_stride_one_panels_are_masked_row_segments(width: int) -> None:
     got = ember.compile(graph, config=CPU)(x, w)[0]
     want = torch_conv(x, w, None, (1, 1), (0, 0, 0, 0), (1, 1))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_depthwise_stride_two_deals_both_phases_in_one_loop() -> None:
+    """At stride 2 the plane copy is one serial loop storing both column phases from
+    consecutive input columns (what LLVM vectorizes with wide loads and shuffles)."""
+    b = Builder("dw")
+    b.output(b.conv(b.input("x", "f32", (1, 4, 12, 12)), b.input("w", "f32", (4, 1, 3, 3)),
+                    strides=(2, 2), pads=(1, 1, 1, 1), groups=4))
+    (kernel,) = lower_graph(b.build()).kernels
+    plane = kernel.locals[0].name
+    dealing = [s for s in walk_stmts(kernel.body) if isinstance(s, For) and s.kind == "serial"
+               and len(s.body) == 2 and all(getattr(x, "buffer", None) == plane for x in s.body)]
+    assert dealing

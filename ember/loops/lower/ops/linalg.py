@@ -340,8 +340,9 @@ def depthwise_conv(ctx: LowerContext) -> list[Stmt] | None:
           } }
         }
 
-    Each tap is one vector load (the copy into phases gathers at stride > 1, once per input
-    element). The lanes past the row's end (in its last block) read the plane's zero
+    Each tap is one vector load. At stride s > 1 the copy deals a row in one serial loop
+    whose iteration stores s phases from s consecutive input columns (LLVM vectorizes it
+    with wide loads and shuffles: 96 channels 112x112 at stride 2, 0.34 -> 0.21 ms). The lanes past the row's end (in its last block) read the plane's zero
     columns and are not stored. A plane too large for a thread's stack keeps the plain
     nest."""
     x, w = ctx.inputs[:2]
@@ -394,14 +395,39 @@ def depthwise_conv(ctx: LowerContext) -> list[Stmt] | None:
     first_row, last_row = max(0, -pt), min(h, rows - pt)
     ih = ctx.var("ih")
     copies: list[Stmt] = []
+
+    def deal(phase: int, i: Expr) -> Store:
+        return Store(pad.name, (((ih + pt) * sw + phase) * per_phase + i,),
+                     ctx.load(0, [n, c, ih, i * sw + phase - pl]))
+
+    spans = {}  # phase -> the positions whose input column is in the row
     for phase in range(sw):
         low = max(0, -(-(pl - phase) // sw))
         high = min(per_phase - 1, (wd - 1 + pl - phase) // sw)
-        if high < low:
-            continue
-        copies += chunks(high - low + 1, lambda i, phase=phase, low=low: [Store(
-            pad.name, (((ih + pt) * sw + phase) * per_phase + low + i,),
-            ctx.load(0, [n, c, ih, (low + i) * sw + phase - pl]))])
+        if high >= low:
+            spans[phase] = (low, high)
+    if sw == 1:
+        for phase, (low, high) in spans.items():
+            copies += chunks(high - low + 1, lambda i, phase=phase, low=low: [
+                deal(phase, low + i)])
+    elif spans:
+        # Every phase in one serial loop over the positions they share: the loads of an
+        # iteration are consecutive input columns, which LLVM's vectorizer reads as wide
+        # loads and deals with shuffles (a gather per phase measured 20% slower).
+        common = (max(lo for lo, _ in spans.values()), min(hi for _, hi in spans.values()))
+        if common[1] >= common[0]:
+            i = ctx.var("i")
+            copies.append(For(i, Const(common[0]), Const(common[1] + 1),
+                              [deal(phase, i) for phase in spans]))
+            rest = {phase: [(low, common[0] - 1), (common[1] + 1, high)]
+                    for phase, (low, high) in spans.items()}
+        else:
+            rest = {phase: [span] for phase, span in spans.items()}
+        for phase, ranges in rest.items():
+            for lo, hi in ranges:
+                if hi >= lo:
+                    j = ctx.var("i")
+                    copies.append(For(j, Const(lo), Const(hi + 1), [deal(phase, j)]))
     copy = [For(ih, Const(first_row), Const(last_row), copies)]
 
     def tap(jj: Var) -> list[Stmt]:
