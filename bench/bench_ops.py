@@ -193,7 +193,7 @@ def main() -> None:
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    os.environ.setdefault("EMBER_NUM_THREADS", str(args.threads))
+    os.environ["EMBER_NUM_THREADS"] = str(args.threads)  # the run's, not an inherited one
     cases = [relu_affine_case(1 << 24), softmax_case(256, 4096), layer_norm_case(512, 768),
              conv3x3_case(64, 56), linear_gelu_case(128, 768, 3072)]
     rows = []

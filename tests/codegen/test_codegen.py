@@ -446,7 +446,8 @@ def test_object_code_loads_into_a_fresh_engine() -> None:
     assert jit.address("add_bias")  # kernels stay callable on their own
 
 
-SHARDED = TWO_KERNELS.replace("program @two {", """kernel @add_bias_again(%x: f32[4,8], %b: f32[8], %out: f32[4,8]) {
+SHARDED = TWO_KERNELS.replace("program @two {", """
+kernel @add_bias_again(%x: f32[4,8], %b: f32[8], %out: f32[4,8]) {
   for %i = 0 to 4 parallel {
     for %j = 0 to 8 vectorized { %out[%i, %j] = add(%x[%i, %j], %b[%j]) }
   }
