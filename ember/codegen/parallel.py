@@ -5,7 +5,8 @@ A loop of kind `parallel` becomes a call
 
     GOMP_parallel(@<kernel>.parallel<n>, ptr %data, i32 load @<module>_num_threads, 0)
 
-where `@<kernel>.parallel<n>(ptr %data)` is the loop body outlined into an internal
+(or, when that count is 1, a direct call of the body: no fork and join), where
+`@<kernel>.parallel<n>(ptr %data)` is the loop body outlined into an internal
 function that every thread of the team runs: it splits the iteration range into one
 contiguous chunk per thread (omp_get_thread_num / omp_get_num_threads) and runs its own
 chunk serially. `%data` points to a struct, on the caller's stack, holding what the body
@@ -119,7 +120,13 @@ def emit_parallel_for(parent: KernelEmitter, s: For) -> None:
 
     gomp = declare(b, "GOMP_parallel", ir.VoidType(), [PTR, PTR, I32, I32])
     threads = b.load(thread_count(module), typ=I32, name="num_threads")
-    b.call(gomp, [fn, data, threads, ir.Constant(I32, 0)])
+    # One thread runs the body itself: outside a team, omp_get_num_threads() is 1 and the
+    # body takes the whole range, without the runtime's fork and join (4 us a loop).
+    with b.if_else(b.icmp_signed("==", threads, ir.Constant(I32, 1))) as (alone, team):
+        with alone:
+            b.call(fn, [data])
+        with team:
+            b.call(gomp, [fn, data, threads, ir.Constant(I32, 0)])
 
 
 def _field(b: ir.IRBuilder, data: ir.Value, data_type: ir.Type, i: int) -> ir.Value:

@@ -207,8 +207,13 @@ def test_llvm_ir_outlines_the_body_and_calls_gomp_parallel(monkeypatch) -> None:
         monkeypatch.setenv("EMBER_NUM_THREADS", threads)
         return cpu.llvm_ir_text(kernel_module([parse_kernel(ROW_SUM)]))
 
-    ir = optimized_ir("1")
+    ir = cpu.llvm_ir_text(kernel_module([parse_kernel(ROW_SUM)]), optimized=False)
     assert re.search(r"define internal void @row_sum\.parallel0\(ptr", ir)
+    assert re.search(r"call void @GOMP_parallel\(ptr @row_sum\.parallel0, ptr", ir)
+    # A team of one runs the body itself, without the runtime's fork and join.
+    assert re.search(r"icmp eq i32 %num_threads, 1", ir)
+    assert re.search(r"call void @row_sum\.parallel0\(ptr", ir)
+    ir = optimized_ir("1")
     assert re.search(r"call void @GOMP_parallel\(ptr nonnull @row_sum\.parallel0, ptr", ir)
     # The team size is read from the global at each call, never a constant in the code.
     assert re.search(r"load i32, ptr @kernels_num_threads", ir)

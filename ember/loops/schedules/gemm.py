@@ -86,6 +86,9 @@ from ember.loops.ir import (
 F32 = DType.f32
 # A parallel loop needs this much work (multiply-adds, ~10 us) to pay for a fork (~8 us).
 MIN_PARALLEL_FMAS = 1 << 19
+# A matrix-vector product is bound by reading B, once: two threads read it from two caches,
+# worth a fork from less work (the MLP's 784 x 512 and 512 x 256 layers: 45 -> 35 us a call).
+MIN_PARALLEL_MATVEC_FMAS = 1 << 16
 # The most bytes of the packed B block (kc x nc) and A block (mc x kc) per thread: they are
 # locals, on each thread's stack (8 MiB by default), and the B block should stay in L2.
 PACKED_B_BYTES = 1 << 20
@@ -255,7 +258,9 @@ class _Builder:
         # small enough that a group's partial sums fit the workspace budget.
         self.tiles = _ceil(self.rows, self.mr)
         self.work = self.nbatch * g.m * g.n * g.depth
-        wanted = s.parallel if self.work >= MIN_PARALLEL_FMAS else 1  # too little for a team
+        self.threaded = self.work >= (MIN_PARALLEL_MATVEC_FMAS if self.rows <= 2
+                                      else MIN_PARALLEL_FMAS)
+        wanted = s.parallel if self.threaded else 1  # too little work for a team
         groups = min(self.tiles, max(1, _ceil(wanted, self.nb * self.njc)))
         if self.npc > 1:
             most = max(1, WORKSPACE_BYTES // (4 * self.mc * self.nc)) * self.mcp
@@ -320,7 +325,7 @@ class _Builder:
     # -- the nest
     def build(self) -> list[Stmt]:
         tasks = self.nb * self.njc * self.nmg
-        kind = "parallel" if self.work >= MIN_PARALLEL_FMAS else "serial"
+        kind = "parallel" if self.threaded else "serial"
         return self.loop("task", tasks, self.task, kind)
 
     def task(self, t: Expr) -> list[Stmt]:
