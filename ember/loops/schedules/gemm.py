@@ -85,10 +85,9 @@ from ember.loops.ir import (
 
 F32 = DType.f32
 # A parallel loop needs this much work (multiply-adds, ~10 us) to pay for a fork (~8 us).
+# (Matrix-vector products forked from 64K measured 45 -> 33 us for the MLP alone, but
+# 0.05-0.11 ms against a steady 0.06 in bench_models, where peers' threads share the cores.)
 MIN_PARALLEL_FMAS = 1 << 19
-# A matrix-vector product is bound by reading B, once: two threads read it from two caches,
-# worth a fork from less work (the MLP's 784 x 512 and 512 x 256 layers: 45 -> 35 us a call).
-MIN_PARALLEL_MATVEC_FMAS = 1 << 16
 # The most bytes of the packed B block (kc x nc) and A block (mc x kc) per thread: they are
 # locals, on each thread's stack (8 MiB by default), and the B block should stay in L2.
 PACKED_B_BYTES = 1 << 20
@@ -258,8 +257,7 @@ class _Builder:
         # small enough that a group's partial sums fit the workspace budget.
         self.tiles = _ceil(self.rows, self.mr)
         self.work = self.nbatch * g.m * g.n * g.depth
-        self.threaded = self.work >= (MIN_PARALLEL_MATVEC_FMAS if self.rows <= 2
-                                      else MIN_PARALLEL_FMAS)
+        self.threaded = self.work >= MIN_PARALLEL_FMAS
         wanted = s.parallel if self.threaded else 1  # too little work for a team
         groups = min(self.tiles, max(1, _ceil(wanted, self.nb * self.njc)))
         if self.npc > 1:
