@@ -134,6 +134,15 @@ def load_openmp() -> str:
                        " apt-get install libgomp1) or emit the loops as serial")
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (what compiling modules uses, and the default
+    team size of parallel loops)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
 def default_num_threads() -> int:
     """The team size of parallel loops: EMBER_NUM_THREADS, else the number of cores this
     process may run on."""
@@ -142,10 +151,7 @@ def default_num_threads() -> int:
         if not value.isdigit() or int(value) < 1:
             raise CodegenError(f"EMBER_NUM_THREADS must be a positive integer, not '{value}'")
         return int(value)
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not on Linux
-        return os.cpu_count() or 1
+    return usable_cores()
 
 
 def _declared(ref: llvm.ModuleRef) -> list[str]:
@@ -281,14 +287,6 @@ def _unlocked(function: str) -> Callable:
     return getattr(ffi.lib, function)._cfn
 
 
-def compile_workers() -> int:
-    """Threads for compiling modules: the cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not on Linux
-        return os.cpu_count() or 1
-
-
 def _compile_alone(text: str, opt: int, machine: Callable[[], llvm.TargetMachine]
                    ) -> tuple[bytes, set[str], set[str]]:
     """Object code for LLVM IR text, compiled in its own context; with the functions the
@@ -339,7 +337,7 @@ def compile_objects(modules: Iterable[ir.Module | str], opt: int = 3,
     being built (`modules` may be a generator). `machine` makes a target machine (one per
     module). For code that will run in this process (`check_externals`), raises
     CodegenError when the objects call a function that none defines and the process lacks."""
-    with ThreadPoolExecutor(max_workers=compile_workers()) as pool:
+    with ThreadPoolExecutor(max_workers=usable_cores()) as pool:
         jobs = [pool.submit(_compile_alone, str(module), opt, machine) for module in modules]
         results = [job.result() for job in jobs]
     if check_externals:

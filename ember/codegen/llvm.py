@@ -76,6 +76,7 @@ from ember.loops.ir import (
     Unary,
     Var,
     operands,
+    row_major_strides,
     walk_expr,
     walk_stmts,
 )
@@ -254,7 +255,7 @@ class KernelEmitter:
         # Dimensions split by a flat position are addressed by that position: a weight
         # read at (k // 9, k // 3 % 3, k % 3) costs one multiply, not four divisions.
         index, shape = flatten(index, buf.shape)
-        for i, stride in zip(index, Buffer("", buf.dtype, tuple(shape)).strides):
+        for i, stride in zip(index, row_major_strides(shape)):
             term = self.index(i)
             if stride != 1:
                 term = b.mul(term, ir.Constant(I64, stride))
@@ -286,8 +287,9 @@ class KernelEmitter:
         sides are branched around; when every load is in bounds by the loop ranges, both
         are computed for one `select` instruction."""
         loads = [x for side in (e.a, e.b) for x in walk_expr(side) if isinstance(x, Load)]
-        if all(self.in_bounds(x) for x in loads):
-            return self.operation(e)
+        if all(self.in_bounds(x) for x in loads) or e.cond.dtype is not DType.bool or \
+                e.a.dtype is not e.b.dtype:
+            return self.operation(e)  # (which reports the ill-typed)
         cond = self.expr(e.cond)
         b = self.b
         with b.if_else(cond) as (then, otherwise):
@@ -295,8 +297,6 @@ class KernelEmitter:
                 picked, picked_block = self.expr(e.a), b.block
             with otherwise:
                 other, other_block = self.expr(e.b), b.block
-        if e.cond.dtype is not DType.bool or e.a.dtype is not e.b.dtype:
-            return self.expr_of(e, [cond, picked, other])  # its error
         phi = b.phi(picked.type)
         phi.add_incoming(picked, picked_block)
         phi.add_incoming(other, other_block)

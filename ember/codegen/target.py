@@ -1,7 +1,7 @@
 """Targets for ahead-of-time code: the host, or AArch64 Linux by cross-compilation.
 
     target = get_target("aarch64-linux-gnu")
-    obj = target.emit_object(program_module(program, plan.offsets))   # PIC object code
+    objects = target.emit_objects(program_modules(program, plan.offsets, 4))   # PIC objects
 
 A target names an LLVM triple, a CPU and its features, and the C compiler that links its
 shared libraries. Object code for a library is position independent; the JIT keeps its own
@@ -43,18 +43,9 @@ class Target:
         return target.create_target_machine(cpu=self.cpu, features=self.features, opt=opt,
                                             reloc="pic", codemodel="default")
 
-    def emit_object(self, module: ir.Module | str, opt: int = 3) -> bytes:
-        """Optimized, position-independent object code of `module` for this target."""
-        from ember.codegen.cpu import optimize, parse
-
-        tm = self.machine(opt)
-        ref = parse(module, tm)
-        optimize(ref, tm, opt)
-        return tm.emit_object(ref)
-
     def emit_objects(self, modules: Iterable[ir.Module | str], opt: int = 3) -> list[bytes]:
-        """`emit_object` for modules that together make one program, compiled on all cores
-        (`cpu.compile_objects`)."""
+        """Optimized, position-independent object code for modules that together make one
+        program, compiled on all cores (`cpu.compile_objects`)."""
         from ember.codegen.cpu import compile_objects
 
         return compile_objects(modules, opt, lambda: self.machine(opt), check_externals=False)

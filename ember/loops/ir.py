@@ -216,6 +216,15 @@ class If(Stmt):
 
 # -- kernels and programs -------------------------------------------------------------------
 
+def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """Element strides of a row-major array of `shape`."""
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.append(step)
+        step *= d
+    return tuple(reversed(strides))
+
+
 @dataclass(frozen=True, slots=True)
 class Buffer:
     """A row-major tensor in memory: a kernel parameter, a local, or a program buffer."""
@@ -227,11 +236,7 @@ class Buffer:
     @property
     def strides(self) -> tuple[int, ...]:
         """Element strides of the row-major layout."""
-        strides, step = [], 1
-        for d in reversed(self.shape):
-            strides.append(step)
-            step *= d
-        return tuple(reversed(strides))
+        return row_major_strides(self.shape)
 
     @property
     def numel(self) -> int:

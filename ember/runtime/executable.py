@@ -253,9 +253,9 @@ def build_artifact(program: Program, plan: MemoryPlan | None = None) -> Artifact
 def shards(program: Program) -> int:
     """How many modules to compile `program` as: two per core, so that the cores stay busy
     while Python builds the next module, for programs large enough to be worth it."""
-    from ember.codegen.cpu import compile_workers
+    from ember.codegen.cpu import usable_cores
 
-    workers = compile_workers()
+    workers = usable_cores()
     return 1 if workers == 1 or len(program.kernels) < 8 else 2 * workers
 
 

@@ -10,6 +10,8 @@ indices to look up) stores zeros, and a scatter into one leaves the copy of data
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from ember.dtypes import DType
@@ -74,13 +76,20 @@ def pad(ctx: LowerContext):
             source = [_pad_source(p, d, mode, lo, hi) if lo or hi else p
                       for p, d, lo, hi in zip(shifted, x.shape, begins, ends)]
             return [assign(ctx.outputs[0], ctx.load(0, source), i)]
-        inside = [*(Binary("ge", shifted[a], Const(0)) for a in range(rank) if begins[a]),
-                  *(Binary("lt", shifted[a], Const(x.shape[a])) for a in range(rank) if ends[a])]
+        inside = _inside(shifted, x.shape, begins, ends)
         fill = assign(ctx.outputs[0], _pad_value(ctx.attrs["value"], x.dtype), i)
         copy = assign(ctx.outputs[0], ctx.load(0, shifted), i)
         return [If(logical("and", *inside), [copy], [fill])] if inside else [copy]
 
     return ctx.nest(ctx.outputs[0].shape, body)
+
+
+def _inside(shifted: Sequence[Expr], shape: Sequence[int], begins: Sequence[int],
+            ends: Sequence[int]) -> list[Expr]:
+    """The tests that input position `shifted` (output index minus the begin pads) is in
+    `shape`, on the axes `shifted` covers that have padding."""
+    return [*(Binary("ge", p, Const(0)) for p, lo in zip(shifted, begins) if lo),
+            *(Binary("lt", p, Const(d)) for p, d, hi in zip(shifted, shape, ends) if hi)]
 
 
 def _constant_pad_rows(ctx: LowerContext, begins, ends) -> list:
@@ -94,9 +103,7 @@ def _constant_pad_rows(ctx: LowerContext, begins, ends) -> list:
 
     def row(i):
         shifted = [e - b for e, b in zip(i, begins)]
-        inside = [*(Binary("ge", shifted[a], Const(0)) for a in range(len(i)) if begins[a]),
-                  *(Binary("lt", shifted[a], Const(x.shape[a])) for a in range(len(i))
-                    if ends[a])]
+        inside = _inside(shifted, x.shape, begins, ends)
 
         def span(start: int, count: int, value) -> list:
             if not count:
