@@ -14,15 +14,16 @@ import torch
 from ember.config import Config
 from ember.dtypes import DType
 from ember.errors import ShapeError
-from ember.frontends.torch.context import to_dtype
+from ember.frontends.torch.context import to_dtype, to_torch_dtype
 from ember.graph.ir import Graph
+from ember.runtime.executable import Executable
 
 
 def tensor_to_array(tensor: torch.Tensor) -> np.ndarray:
     """A NumPy view of a CPU tensor (a copy only when it is not contiguous)."""
     if not isinstance(tensor, torch.Tensor):
         return np.asarray(tensor)
-    tensor = tensor.detach()
+    tensor = tensor.detach().resolve_conj().resolve_neg()  # (numpy() refuses lazy views)
     if tensor.device.type != "cpu":
         tensor = tensor.cpu()
     if not tensor.is_contiguous():
@@ -57,8 +58,23 @@ class GraphRunner:
             executor_for(graph, config or Config())
         self.input_dtypes = [b.dtype for b in executable.interface.inputs] \
             if executable is not None else [v.dtype for v in graph.inputs]
+        # Compiled code takes tensors by their data addresses, with no NumPy views between:
+        # the views cost more than the kernels of a small model.
+        compiled = isinstance(self.run, Executable)
+        self._expected = [(to_torch_dtype(b.dtype), b.shape) for b in self.run.input_types] \
+            if compiled else None
+        self._plain_outputs = compiled and all(b.dtype is not DType.bf16
+                                               for b in self.run.output_types)
 
     def __call__(self, *tensors: Any) -> Any:
+        if self._expected is not None and len(tensors) == len(self._expected) and all(
+                type(t) is torch.Tensor and t.dtype is dtype and t.shape == shape and t.is_cpu
+                and t.is_contiguous() and not t.is_neg()
+                for t, (dtype, shape) in zip(tensors, self._expected)):
+            arrays = self.run.run_addresses([t.data_ptr() for t in tensors])
+            outputs = [torch.from_numpy(a) if self._plain_outputs else array_to_tensor(a)
+                       for a in arrays]
+            return outputs[0] if self.single_output else outputs
         arrays = []
         for i, (dtype, tensor) in enumerate(zip(self.input_dtypes, tensors)):
             if isinstance(tensor, torch.Tensor) and to_dtype(tensor.dtype) is not dtype:

@@ -242,3 +242,20 @@ def test_exported_graph_checks_input_dtype_and_rank() -> None:
         run(x.numpy().astype(np.float64))
     with pytest.raises(ShapeError, match="expected shape"):
         run(x.numpy().reshape(16))
+
+
+def test_tensors_of_every_layout_give_the_eager_result() -> None:
+    """Contiguous CPU tensors go to compiled code by address; views that are not (a
+    transpose, a negated view, one that needs grad) take the checked path. All match."""
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU()).eval()
+    x = torch.randn(4, 6)
+    compiled = ember.compile(model, (x,), config=Config(executor="cpu"))
+    with torch.no_grad():
+        close(compiled(x), model(x))
+        close(compiled(x), model(x))  # outputs are fresh tensors: the first is not reused
+        wide = torch.randn(6, 4)
+        close(compiled(wide.T), model(wide.T))
+        close(compiled(torch._neg_view(x)), model(-x))
+        close(compiled(x[:, :].requires_grad_(False)), model(x))
+    first, second = compiled(x), compiled(x)
+    assert first.data_ptr() != second.data_ptr()
