@@ -145,7 +145,8 @@ def flatten_index(index: Sequence[Expr], shape: Sequence[int]) -> list[Expr]:
     them apart: [.., floordiv(e, D), mod(e, D)] with D the last one's extent is [.., e]
     (an output written by its flat position, as a convolution's (oh, ow)), and
     [.., mod(floordiv(e, D), X), mod(e, D)] is [.., mod(e, X * D)] (a weight read by a
-    flat (c, kh, kw)). The merged index addresses the same element."""
+    flat (c, kh, kw)); [.., add(r, floordiv(e, D)), mod(e, D)] is [.., add(mul(r, D), e)]
+    (a block of columns from row r on). The merged index addresses the same element."""
     return flatten(index, shape)[0]
 
 
@@ -160,9 +161,8 @@ def flatten(index: Sequence[Expr], shape: Sequence[int]) -> tuple[list[Expr], li
             if not (isinstance(low, Binary) and low.op == "mod" and low.b == Const(low_extent)):
                 continue
             e = low.a
-            if isinstance(high, Binary) and high.op == "floordiv" and high.a == e \
-                    and high.b == low.b:
-                one = e
+            if (rest := _beside_quotient(high, e, low.b)) is not None:
+                one = e if rest is _NOTHING else Binary("add", Binary("mul", rest, low.b), e)
             elif isinstance(high, Binary) and high.op == "mod" and isinstance(high.b, Const) \
                     and high.a == Binary("floordiv", e, low.b):
                 one = Binary("mod", e, Const(int(high.b.value) * low_extent))
@@ -172,6 +172,23 @@ def flatten(index: Sequence[Expr], shape: Sequence[int]) -> tuple[list[Expr], li
             merged = True
             break
     return [i for i, _ in dims], [extent for _, extent in dims]
+
+
+_NOTHING = Const(0)
+
+
+def _beside_quotient(high: Expr, e: Expr, divisor: Expr) -> Expr | None:
+    """What `high` adds to floordiv(e, divisor): _NOTHING when it is that quotient, `r`
+    when it is add(r, quotient) in either order, at any depth of adds (a column block's
+    start row plus the rows its lanes pass); None when the quotient is not a term of it."""
+    if isinstance(high, Binary) and high.op == "floordiv" and high.a == e and high.b == divisor:
+        return _NOTHING
+    if isinstance(high, Binary) and high.op == "add":
+        for term, other in ((high.a, high.b), (high.b, high.a)):
+            rest = _beside_quotient(term, e, divisor)
+            if rest is not None:
+                return other if rest is _NOTHING else Binary("add", rest, other)
+    return None
 
 
 def access_kind(index: Sequence[Expr], name: str, shape: Sequence[int] | None = None) -> str:

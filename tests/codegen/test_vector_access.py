@@ -47,6 +47,16 @@ def test_flatten_index_merges_quotient_and_remainder() -> None:
     index = [Binary("floordiv", k, Const(9)),
              Binary("mod", Binary("floordiv", k, Const(3)), Const(3)), Binary("mod", k, Const(3))]
     assert flatten_index(index, (4, 3, 3)) == [k]
+    # A block's first row plus the rows its lanes pass (a 1x1 conv's column block starting
+    # at row 4t): row-major, that is position 4t * 7 + e.
+    t = Var("t")
+    shifted = [Binary("add", Binary("mul", t, Const(4)), Binary("floordiv", e, Const(7))),
+               Binary("mod", e, Const(7))]
+    assert flatten_index(shifted, (8, 7)) == [Binary("add", Binary("mul", Binary(
+        "mul", t, Const(4)), Const(7)), e)]
+    assert flatten_index([Binary("add", Const(1), shifted[0]), shifted[1]], (9, 7)) == [
+        Binary("add", Binary("mul", Binary("add", Binary("mul", t, Const(4)), Const(1)),
+                             Const(7)), e)]
     # A divisor that is not the extent of the dimension below is not a row-major split.
     kept = [Binary("floordiv", e, Const(7)), Binary("mod", e, Const(7))]
     assert flatten_index(kept, (5, 8)) == kept

@@ -203,6 +203,30 @@ def test_panels_inside_a_row_load_row_segments() -> None:
     assert {"contiguous", "gather"} <= kinds
 
 
+def test_pointwise_conv_panels_are_contiguous_loads() -> None:
+    """A 1x1 conv at stride 1 reads x as a K x P matrix: its column blocks start inside
+    rows (224 columns of 56-wide rows here), and its packing loads are still contiguous
+    (a block's row plus the rows its lanes pass is one flat position): no gather."""
+    from ember.codegen.vector import access_kind
+
+    from ember.loops.schedule import schedule_program
+
+    graph = conv_graph((1, 144, 56, 56), (24, 144, 1, 1), False, (1, 1), (0, 0, 0, 0), (1, 1))
+    # (As compiled: simplification moves the block's first row out of the quotient.)
+    (kernel,) = schedule_program(lower_graph(graph)).kernels
+    shapes = {b.name: b.shape for b in (*kernel.params, *kernel.locals)}
+    kinds = set()
+    for loop in walk_stmts(kernel.body):
+        if isinstance(loop, For) and loop.kind == "vectorized":
+            for s in loop.body:
+                for e in walk_expr(s.value):
+                    if getattr(e, "buffer", None) in ("x0", "y0"):
+                        kinds.add(access_kind(e.index, loop.var.name, shapes[e.buffer]))
+                if s.buffer == "y0":
+                    kinds.add(access_kind(s.index, loop.var.name, shapes["y0"]))
+    assert kinds == {"contiguous"}
+
+
 @pytest.mark.parametrize("width", [7, 14, 45])
 def test_unpadded_stride_one_panels_are_masked_row_segments(width: int) -> None:
     """Without padding (after pad_convs) at column stride 1, every panel is packed from row
