@@ -209,8 +209,6 @@ def test_pointwise_conv_panels_are_contiguous_loads() -> None:
     (a block's row plus the rows its lanes pass is one flat position): no gather."""
     from ember.codegen.vector import access_kind
 
-    from ember.loops.schedule import schedule_program
-
     graph = conv_graph((1, 144, 56, 56), (24, 144, 1, 1), False, (1, 1), (0, 0, 0, 0), (1, 1))
     # (As compiled: simplification moves the block's first row out of the quotient.)
     (kernel,) = schedule_program(lower_graph(graph)).kernels
