@@ -15,9 +15,11 @@ LLVM splits or widens the vectors to its registers, so a schedule picks W for it
 
 - a load whose index does not involve the lane variable `j` is one scalar load (uniform);
   one whose last index is `u + j` (u uniform) and whose other indices do not involve `j` is
-  one vector load of consecutive elements (contiguous); dimensions split by a flat position
-  count as one (`flatten_index`: [floordiv(p, D), mod(p, D)] is [p]); any other load is a
-  gather, its lane offsets computed on vectors when its index has vector code (one vector
+  one vector load of consecutive elements (contiguous); one whose last index is
+  `u + c * j` with 2 <= c <= MAX_LOAD_STRIDE is one masked load of the span the lanes
+  cover, enabled at their elements only, and a shuffle (strided); dimensions split by a
+  flat position count as one (`flatten_index`: [floordiv(p, D), mod(p, D)] is [p]); any
+  other load is a gather, its lane offsets computed on vectors when its index has vector code (one vector
   GEP), else each lane's apart;
 - a store is contiguous, or writes a local at a uniform index at the top of the body that
   the body reads only after that store, at that index: such a local is a per-lane
@@ -191,18 +193,35 @@ def _beside_quotient(high: Expr, e: Expr, divisor: Expr) -> Expr | None:
     return None
 
 
+# A load whose lanes are this many elements apart or fewer reads the span they cover and
+# picks its lanes with a shuffle: a stride-2 conv's packing, 2 loads and a permute per 16
+# lanes where a gather costs about one load per lane.
+MAX_LOAD_STRIDE = 4
+
+
 def access_kind(index: Sequence[Expr], name: str, shape: Sequence[int] | None = None) -> str:
-    """uniform, contiguous or gather: how the lanes of a vectorized loop over `name` see
-    an access at `index` (of a buffer of `shape`, whose merged dimensions count as one:
-    `flatten_index`)."""
+    """uniform, contiguous, strided or gather: how the lanes of a vectorized loop over
+    `name` see an access at `index` (of a buffer of `shape`, whose merged dimensions count
+    as one: `flatten_index`). Strided: the last index is u + c * name, 2 <= c <=
+    MAX_LOAD_STRIDE, and the others are uniform (`load_stride` gives c)."""
     if shape is not None:
         index = flatten_index(index, shape)
     coefs = [coefficient(i, name) for i in index]
     if all(c == 0 for c in coefs):
         return "uniform"
-    if index and coefs[-1] == 1 and all(c == 0 for c in coefs[:-1]):
-        return "contiguous"
+    if index and all(c == 0 for c in coefs[:-1]):
+        if coefs[-1] == 1:
+            return "contiguous"
+        if coefs[-1] is not None and 2 <= coefs[-1] <= MAX_LOAD_STRIDE:
+            return "strided"
     return "gather"
+
+
+def load_stride(index: Sequence[Expr], name: str, shape: Sequence[int]) -> int:
+    """The elements between lanes of a strided access (`access_kind`)."""
+    stride = coefficient(flatten_index(index, shape)[-1], name)
+    assert stride is not None
+    return stride
 
 
 @dataclass
@@ -483,6 +502,8 @@ class VectorBody:
                              [scalar.PTR, I32, mask.type, t])
                 raw = self.b.call(fn, [self.b.bitcast(ptr, scalar.PTR), align, mask, fill])
             return self.from_storage(raw, buf.dtype)
+        if kind == "strided":
+            return self.from_storage(self.strided_load(e, t, mask, fill), buf.dtype)
         pointers = self.gather_pointers(e.buffer, e.index)
         mask = mask if mask is not None else \
             ir.Constant(self.vec(ir.IntType(1)), [1] * self.width)
@@ -490,6 +511,34 @@ class VectorBody:
                      [pointers.type, I32, mask.type, t])
         raw = self.b.call(fn, [pointers, align, mask, fill])
         return self.from_storage(raw, buf.dtype)
+
+    def strided_load(self, e: Load, t: ir.VectorType, mask: ir.Value | None,
+                     fill: ir.Value) -> ir.Value:
+        """A strided load (`access_kind`): one masked load of the span from lane 0's element,
+        its lanes' elements enabled only (the others, and those of masked lanes, may lie
+        outside the buffer), then a shuffle that picks them."""
+        b, width = self.b, self.width
+        buf = self.em.kernel.buffer(e.buffer)
+        stride = load_stride(e.index, self.loop.var.name, buf.shape)
+        span = ir.VectorType(t.element, width * stride)
+        bit = ir.IntType(1)
+        if mask is None:
+            wide_mask = ir.Constant(ir.VectorType(bit, width * stride),
+                                    [int(j % stride == 0) for j in range(width * stride)])
+        else:  # lane l's element is j = l * stride; the rest pick lane `width` of the zeros
+            wide_mask = b.shuffle_vector(
+                mask, ir.Constant(mask.type, [0] * width),
+                ir.Constant(ir.VectorType(I32, width * stride),
+                            [j // stride if j % stride == 0 else width
+                             for j in range(width * stride)]))
+        ptr, _ = self.base(e.buffer, e.index)
+        fn = declare(b, f"llvm.masked.load.{_mangle(span)}.p0", span,
+                     [scalar.PTR, I32, wide_mask.type, span])
+        raw = b.call(fn, [b.bitcast(ptr, scalar.PTR), ir.Constant(I32, buf.dtype.itemsize),
+                          wide_mask, ir.Constant(span, ir.Undefined)])
+        picked = b.shuffle_vector(raw, ir.Constant(span, ir.Undefined), ir.Constant(
+            ir.VectorType(I32, width), [lane * stride for lane in range(width)]))
+        return picked if mask is None else b.select(mask, picked, fill)
 
     def gather_pointers(self, name: str, index: Sequence[Expr]) -> ir.Value:
         """The lanes' element pointers for a gather: from the index computed on vectors

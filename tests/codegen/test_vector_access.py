@@ -113,7 +113,8 @@ def _before_a_guard_page(count: int):
 
 
 @pytest.mark.parametrize("kind", ["vectorized", "serial"])
-@pytest.mark.parametrize("index", ["add(%j, 16)", "mul(%j, 5)"])  # contiguous, gather
+@pytest.mark.parametrize("index", ["add(%j, 16)", "mul(%j, 2)", "mul(%j, 5)"])
+# (contiguous, strided, gather)
 def test_a_select_around_a_load_reads_only_its_lanes(index: str, kind: str) -> None:
     """select(c, load, other) loads only where c holds, as the interpreter's select
     evaluates only the side it picks: vector code masks the load (a masked load or gather),
@@ -128,11 +129,33 @@ def test_a_select_around_a_load_reads_only_its_lanes(index: str, kind: str) -> N
   }}
 }}"""
     run(text, x, y)
-    step = 5 if index.startswith("mul") else 1
+    step = int(index[-2]) if index.startswith("mul") else 1
     want = [x[j * step + (16 if step == 1 else 0)] if j * step + (16 if step == 1 else 0) < 20
             else -1.0 for j in range(16)]
     np.testing.assert_array_equal(y, np.array(want, np.float32))
     assert not region.closed  # the guard page stays mapped until the views are gone
+
+
+@pytest.mark.parametrize("stride,count", [(2, 16), (3, 11), (4, 16)])
+def test_strided_loads_read_their_lanes_elements_only(stride: int, count: int) -> None:
+    """Lanes `stride` elements apart are one masked load of their span and a shuffle, not
+    a gather. The span's elements past the last lane's, and those of lanes past the loop's
+    stop, are not read: here they lie on a page that faults."""
+    n = stride * (count - 1) + 1
+    region, x = _before_a_guard_page(n)
+    x[:] = RNG.standard_normal(n).astype(np.float32)
+    y = np.zeros(16, np.float32)
+    text = f"""kernel @k(%x: f32[{n}], %y: f32[16]) {{
+  for %j = 0 to min(16, {count}) vectorized {{
+    %y[%j] = %x[mul(%j, {stride})]
+  }}
+}}"""
+    ir_text = cpu.llvm_ir_text(kernel_module([verify_kernel(parse_kernel(text))]),
+                               optimized=False)
+    assert "masked.load" in ir_text and "gather" not in ir_text
+    run(text, x, y)
+    np.testing.assert_array_equal(y[:count], x[::stride])
+    assert not region.closed
 
 
 def test_a_select_whose_loads_are_in_bounds_stays_a_select() -> None:

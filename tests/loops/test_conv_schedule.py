@@ -225,14 +225,15 @@ def test_pointwise_conv_panels_are_contiguous_loads() -> None:
     assert kinds == {"contiguous"}
 
 
-@pytest.mark.parametrize("width", [7, 14, 45])
-def test_unpadded_stride_one_panels_are_masked_row_segments(width: int) -> None:
-    """Without padding (after pad_convs) at column stride 1, every panel is packed from row
-    segments of x: each a contiguous load masked to its lanes, in a vectorized loop, so no
-    gather and no read outside x (rows narrower than a panel take several segments)."""
+@pytest.mark.parametrize("width,stride", [(7, 1), (14, 1), (45, 1), (7, 2), (29, 2), (9, 3)])
+def test_unpadded_panels_are_masked_row_segments(width: int, stride: int) -> None:
+    """Without padding (after pad_convs), every panel is packed from row segments of x:
+    each a load masked to its lanes (contiguous at column stride 1, strided at 2 or 3), in
+    a vectorized loop, so no gather and no read outside x (rows narrower than a panel take
+    several segments)."""
     from ember.codegen.vector import access_kind, plan_vector
 
-    graph = conv_graph((1, 4, width + 2, width + 2), (16, 4, 3, 3), False, (1, 1),
+    graph = conv_graph((1, 4, width + 2, width + 2), (16, 4, 3, 3), False, (stride, stride),
                        (0, 0, 0, 0), (1, 1))
     (kernel,) = lower_graph(graph).kernels
     shapes = {b.name: b.shape for b in (*kernel.params, *kernel.locals)}
@@ -245,10 +246,10 @@ def test_unpadded_stride_one_panels_are_masked_row_segments(width: int) -> None:
                 assert not isinstance(plan_vector(loop, {b.name for b in kernel.locals},
                                                   shapes), str)
                 kinds |= {access_kind(e.index, loop.var.name, shapes["x0"]) for e in reads_x}
-    assert kinds == {"contiguous"}
+    assert kinds == {"contiguous" if stride == 1 else "strided"}
     x, w = data(1, 4, width + 2, width + 2), data(16, 4, 3, 3)
     got = ember.compile(graph, config=CPU)(x, w)[0]
-    want = torch_conv(x, w, None, (1, 1), (0, 0, 0, 0), (1, 1))
+    want = torch_conv(x, w, None, (stride, stride), (0, 0, 0, 0), (1, 1))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 

@@ -31,6 +31,7 @@ from ember.loops.ir import (
     Var,
     binary,
 )
+from ember.codegen.vector import MAX_LOAD_STRIDE
 from ember.loops.lower.core import LowerContext, lowering
 from ember.loops.schedules.gemm import (
     Gemm,
@@ -259,13 +260,14 @@ def conv_gemm(ctx: LowerContext) -> list[Stmt] | None:
         return Select(all_of(inside), ctx.load(0, [image, cc, *at]), Const(0.0, f32))
 
     def b_segments(values: dict[str, Expr], col0: Expr, jj: Var) -> Expr:
-        """B at column col0 + jj for a conv without padding at column stride 1: the panel's
-        lanes lie in a few output rows (up to 4 for 7 columns a row), and the lanes of each
-        row read a row segment of x, one vector load masked to those lanes (a select
-        around a load: ember/codegen/vector.py), so no lane reads outside x."""
+        """B at column col0 + jj for a conv without padding: the panel's lanes lie in a few
+        output rows (up to 4 for 7 columns a row), and the lanes of each row read a row
+        segment of x (every column at stride 1, every second at stride 2: a strided load),
+        one vector load masked to those lanes (a select around a load:
+        ember/codegen/vector.py), so no lane reads outside x."""
         image, kk = values[n.name], values[k.name]
         cc, th, tw = (kk // taps, (kk // kw_n) % kh_n, kk % kw_n) if taps > 1 else (kk, 0, 0)
-        (sh, _), (dh, dw) = strides, dilations
+        (sh, sw), (dh, dw) = strides, dilations
         c0, row0 = col0 % ow_n, col0 // ow_n
         value: Expr = Const(0.0, f32)
         for seg in reversed(range((ow_n + schedule.nr - 2) // ow_n + 1)):
@@ -277,7 +279,7 @@ def conv_gemm(ctx: LowerContext) -> list[Stmt] | None:
                 lanes.append(binary("lt", row, oh_n))
                 row = binary("min", row, oh_n - 1)
             load = ctx.load(0, [image, cc, window_position(row, th, sh, 0, dh),
-                                c0 - seg * ow_n + tw * dw + jj])
+                                window_position(c0 - seg * ow_n + jj, tw, sw, 0, dw)])
             value = Select(all_of(lanes), load, value)
         return value
 
@@ -307,7 +309,7 @@ def conv_gemm(ctx: LowerContext) -> list[Stmt] | None:
     # A 1x1 conv with stride 1 and no padding reads B = x[n] as it lies (K x P, rows
     # contiguous): its panels are packed from vector loads, no gather needed.
     direct = taps == 1 and not conds and all(s_ == 1 for s_ in strides)
-    segments = not conds and strides[1] == 1
+    segments = not conds and strides[1] <= MAX_LOAD_STRIDE
     g = Gemm(((n.name, nb),), m.name, m_out, p.name, oh_n * ow_n, k.name,
              c_in * taps, a, b, acc.buffer, store,
              None if direct else b_segments if segments else b_panel,
