@@ -9,8 +9,11 @@ import pytest
 import ember
 from ember import VerificationError
 from ember.loops.ir import For
-from ember.loops.schedule import default_schedule, parallelize
+from ember.codegen import cpu
+from ember.codegen.llvm import kernel_module
+from ember.loops.schedule import default_schedule, parallelize, vectorize_inner_loops
 from ember.loops.text import parse_kernel, print_kernel
+from ember.loops.verify import verify_kernel
 
 SCALE = """kernel @scale(%x: f32[{n},64], %y: f32[{n},64]) {{
   for %i = 0 to {n} {{
@@ -103,3 +106,71 @@ def test_scheduled_models_compute_the_same(monkeypatch) -> None:
         run = ember.compile(graph, config=ember.Config(executor="cpu", disk_cache=False))
         for got, expected in zip(run(*inputs), want):
             np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+# -- vectorized inner loops ----------------------------------------------------------------------
+
+def test_inner_elementwise_loops_are_vectorized_in_blocks_and_a_tail() -> None:
+    """An inner loop of 40 f32 iterations: two vectorized blocks of 16 and a vectorized tail
+    of 8, with the same lanes as the serial loop."""
+    kernel = vectorize_inner_loops(parse_kernel("""kernel @k(%x: f32[3,40], %y: f32[3,40]) {
+  for %i = 0 to 3 {
+    for %j = 0 to 40 {
+      %y[%i, %j] = erf(%x[%i, %j])
+    }
+  }
+}"""))
+    assert print_kernel(kernel) == """kernel @k(%x: f32[3,40], %y: f32[3,40]) {
+  for %i = 0 to 3 {
+    for %j.v = 0 to 2 {
+      for %j.l = 0 to 16 vectorized {
+        %y[%i, add(%j.l, mul(%j.v, 16))] = erf(%x[%i, add(%j.l, mul(%j.v, 16))])
+      }
+    }
+    for %j.l = 0 to 8 vectorized {
+      %y[%i, add(%j.l, 32)] = erf(%x[%i, add(%j.l, 32)])
+    }
+  }
+}
+"""
+    x = np.random.default_rng(0).standard_normal((3, 40)).astype(np.float32)
+    y = np.zeros_like(x)
+    jit = cpu.compile_module(kernel_module([verify_kernel(kernel)]))
+    jit.kernel("k", 2)(x.ctypes.data, y.ctypes.data)
+    np.testing.assert_allclose(y, ember.interpret(erf_graph(x.shape), [x])[0], rtol=1e-6,
+                               atol=1e-6)
+
+
+def erf_graph(shape):
+    b = ember.Builder("erf")
+    b.output(b.erf(b.input("x", "f32", shape)))
+    return b.build()
+
+
+@pytest.mark.parametrize("text", [ROW_MAX, TOTAL, """kernel @t(%x: f32[64,64], %y: f32[64,64]) {
+  for %i = 0 to 64 {
+    for %j = 0 to 64 {
+      %y[%i, %j] = %x[%j, %i]
+    }
+  }
+}"""])
+def test_reductions_and_gathers_stay_serial(text: str) -> None:
+    """A running max or sum (a lane would read what the previous one wrote) and a transpose
+    (gathers, slower than the serial loop's scalar loads) keep their loops."""
+    kernel = parse_kernel(text)
+    assert print_kernel(vectorize_inner_loops(kernel)) == print_kernel(kernel)
+
+
+def test_an_output_in_place_of_its_input_runs_vectorized() -> None:
+    """GELU on a matmul's output, planned in place of it: the vectorized loop computes the
+    same as the interpreter (LLVM's own vectorizer ran such a loop serially)."""
+    b = ember.Builder("g")
+    x, w = b.input("x", "f32", (32, 48)), b.input("w", "f32", (48, 40))
+    b.output(b.add(b.gelu(b.matmul(x, w)), b.constant(np.ones(40, np.float32))))
+    graph = b.build()
+    rng = np.random.default_rng(1)
+    inputs = [rng.standard_normal((32, 48)).astype(np.float32),
+              rng.standard_normal((48, 40)).astype(np.float32)]
+    run = ember.compile(graph, config=ember.Config(executor="cpu", disk_cache=False))
+    np.testing.assert_allclose(run(*inputs)[0], ember.interpret(graph, inputs)[0],
+                               rtol=1e-5, atol=1e-5)
