@@ -7,7 +7,8 @@ tile, cache_read, ...) are in `ember/loops/primitives.py`. Every compile first s
 each kernel's indices by its loops' ranges (`simplify_kernel`), then the default schedule
 parallelizes, in each top-level nest of a kernel, the outermost loop that is legal and has
 enough work to pay for a fork (a few microseconds); it looks past a loop it cannot
-parallelize only when that loop has at most MAX_FORKS iterations (a fork per iteration).
+parallelize only when that loop has at most MAX_FORKS iterations (a fork per iteration);
+then it vectorizes inner loops whose bodies have vector code (`vectorize_inner_loops`).
 
 Independence is checked conservatively: every store inside the loop writes a kernel
 parameter at an index that has the loop's variable, alone, as one of its components (so
