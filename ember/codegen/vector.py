@@ -19,8 +19,8 @@ LLVM splits or widens the vectors to its registers, so a schedule picks W for it
   `u + c * j` with 2 <= c <= MAX_LOAD_STRIDE is one masked load of the span the lanes
   cover, enabled at their elements only, and a shuffle (strided); dimensions split by a
   flat position count as one (`flatten_index`: [floordiv(p, D), mod(p, D)] is [p]); any
-  other load is a gather, its lane offsets computed on vectors when its index has vector code (one vector
-  GEP), else each lane's apart;
+  other load is a gather, its lane offsets computed on vectors when its index has vector
+  code (one vector GEP), else each lane's apart;
 - a store is contiguous, or writes a local at a uniform index at the top of the body that
   the body reads only after that store, at that index: such a local is a per-lane
   temporary held in a register (after the loop it holds the last active lane's value);

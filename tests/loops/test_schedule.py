@@ -8,9 +8,9 @@ import pytest
 
 import ember
 from ember import VerificationError
-from ember.loops.ir import For
 from ember.codegen import cpu
 from ember.codegen.llvm import kernel_module
+from ember.loops.ir import For
 from ember.loops.schedule import default_schedule, parallelize, vectorize_inner_loops
 from ember.loops.text import parse_kernel, print_kernel
 from ember.loops.verify import verify_kernel

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from ember.codegen.vector import MAX_LOAD_STRIDE
 from ember.dtypes import DType
 from ember.graph.ops.linalg import window_params
 from ember.loops.ir import (
@@ -31,7 +32,6 @@ from ember.loops.ir import (
     Var,
     binary,
 )
-from ember.codegen.vector import MAX_LOAD_STRIDE
 from ember.loops.lower.core import LowerContext, lowering
 from ember.loops.schedules.gemm import (
     Gemm,
