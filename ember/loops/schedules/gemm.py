@@ -85,9 +85,12 @@ from ember.loops.ir import (
 
 F32 = DType.f32
 # A parallel loop needs this much work (multiply-adds, ~10 us) to pay for a fork (~8 us).
-# (Matrix-vector products forked from 64K measured 45 -> 33 us for the MLP alone, but
-# 0.05-0.11 ms against a steady 0.06 in bench_models, where peers' threads share the cores.)
 MIN_PARALLEL_FMAS = 1 << 19
+# A matrix-vector product streams its matrix, one multiply-add per float read: 64K of them
+# (256 KiB) take a few microseconds, which a fork to a spinning team repays. The MLP's
+# 784x512 layer on 2 threads: 0.045 -> 0.03 ms a call in bench_models (ONNX Runtime 0.03).
+# (An earlier try measured 0.05-0.11 ms there, when bench_models timed single calls.)
+MIN_PARALLEL_MATVEC_FMAS = 1 << 16
 # The most bytes of the packed B block (kc x nc) and A block (mc x kc) per thread: they are
 # locals, on each thread's stack (8 MiB by default), and the B block should stay in L2.
 PACKED_B_BYTES = 1 << 20
@@ -257,7 +260,8 @@ class _Builder:
         # small enough that a group's partial sums fit the workspace budget.
         self.tiles = _ceil(self.rows, self.mr)
         self.work = self.nbatch * g.m * g.n * g.depth
-        self.threaded = self.work >= MIN_PARALLEL_FMAS
+        matvec = g.m <= 2 and not g.batch
+        self.threaded = self.work >= (MIN_PARALLEL_MATVEC_FMAS if matvec else MIN_PARALLEL_FMAS)
         wanted = s.parallel if self.threaded else 1  # too little work for a team
         groups = min(self.tiles, max(1, _ceil(wanted, self.nb * self.njc)))
         if self.npc > 1:
