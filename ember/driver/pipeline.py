@@ -95,6 +95,7 @@ def build(graph: Graph, config: Config) -> Artifact:
     """Every stage, from a graph to object code (the cold path)."""
     from ember.codegen.cpu import assembly_text, llvm_ir_text
     from ember.codegen.llvm import program_module
+    from ember.loops.ir import Call
     from ember.loops.text import print_program
 
     timings: dict[str, float] = {}
@@ -106,6 +107,8 @@ def build(graph: Graph, config: Config) -> Artifact:
     artifact.extra["timings"] = timings
     artifact.extra["kernels"] = len(program.kernels)
     artifact.extra["kernel_table"] = kernel_table(program)
+    if all(isinstance(step, Call) for step in program.steps):  # straight-line: explain's
+        artifact.extra["steps"] = [[s.kernel, list(s.args)] for s in program.steps]
     last_build.clear()
     last_build.update(artifact.extra)
     dump = os.environ.get("EMBER_DUMP")

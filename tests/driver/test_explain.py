@@ -61,3 +61,41 @@ def test_explain_measures_each_kernel_against_the_roofline() -> None:
     assert "vectorized" in matmul.schedule and "unrolled" in matmul.schedule  # the gemm tile
     text = str(report)
     assert "roofline" in text and "GFLOP/s" in text and "roofs:" in text
+    assert report.timing == "in sequence" and "(in sequence)" in text
+
+
+def test_kernels_are_timed_in_their_places_on_the_programs_buffers(monkeypatch) -> None:
+    """A straight-line program's steps run in order on its own arena: each kernel is called
+    once per round, with the buffers a real inference gives it (an output planned in place
+    of its input included). A program with control flow times its kernels alone."""
+    import importlib
+
+    explain_module = importlib.import_module("ember.explain")  # (ember.explain: the function)
+    compiled = ember.compile(graph(), config=ember.Config(executor="cpu", disk_cache=False))
+    executable = compiled.run
+    steps = executable.notes["steps"]
+    assert [name for name, _ in steps] == [k for k in executable.interface.kernels]
+    temps = {b.name for b in executable.interface.temps}
+    assert any(arg in temps for _, args in steps for arg in args)  # the arena, not scratch
+    seen = []
+    real = explain_module._time_steps
+
+    def spy(exe, steps, budget):
+        seen.append([args for _, args in steps])
+        return real(exe, steps, budget)
+
+    monkeypatch.setattr(explain_module, "_time_steps", spy)
+    report = ember.explain(compiled, budget_seconds=0.01)
+    assert seen == [[args for _, args in steps]] and report.timing == "in sequence"
+    x = np.ones((16, 32), np.float32)
+    np.testing.assert_allclose(compiled(x, np.ones((32, 8), np.float32))[0],
+                               np.full((16, 8), 1 / 8, np.float32))  # still the right values
+
+    b = ember.Builder("branchy")
+    c, v = b.input("c", "bool", ()), b.input("v", "f32", (8,))
+    (out,) = b.if_(c, lambda t: [t.relu(v)], lambda e: [e.neg(v)])
+    b.output(out)
+    branchy = ember.compile(b.build(), config=ember.Config(executor="cpu", disk_cache=False))
+    branchy(np.array(True), np.ones(8, np.float32))
+    assert "steps" not in branchy.run.notes
+    assert ember.explain(branchy, budget_seconds=0.01).timing == "alone"
