@@ -253,14 +253,51 @@ def test_unpadded_panels_are_masked_row_segments(width: int, stride: int) -> Non
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-def test_depthwise_stride_two_deals_both_phases_in_one_loop() -> None:
-    """At stride 2 the plane copy is one serial loop storing both column phases from
-    consecutive input columns (what LLVM vectorizes with wide loads and shuffles)."""
+@pytest.mark.parametrize("stride", [2, 3, 5])
+def test_depthwise_strided_plane_copies_are_strided_loads(stride: int) -> None:
+    """At stride 2-4 the plane copy fills each column phase with vectorized loops whose
+    loads of x are strided (every s-th column: no gather); past MAX_LOAD_STRIDE it is one
+    serial loop dealing every phase from consecutive input columns (for LLVM's
+    vectorizer). Both compute the conv."""
+    from ember.codegen.vector import MAX_LOAD_STRIDE, access_kind
+
     b = Builder("dw")
-    b.output(b.conv(b.input("x", "f32", (1, 4, 12, 12)), b.input("w", "f32", (4, 1, 3, 3)),
-                    strides=(2, 2), pads=(1, 1, 1, 1), groups=4))
-    (kernel,) = lower_graph(b.build()).kernels
+    b.output(b.conv(b.input("x", "f32", (1, 4, 40, 40)), b.input("w", "f32", (4, 1, 3, 3)),
+                    strides=(stride, stride), pads=(1, 1, 1, 1), groups=4))
+    graph = b.build()
+    (kernel,) = lower_graph(graph).kernels
     plane = kernel.locals[0].name
-    dealing = [s for s in walk_stmts(kernel.body) if isinstance(s, For) and s.kind == "serial"
-               and len(s.body) == 2 and all(getattr(x, "buffer", None) == plane for x in s.body)]
-    assert dealing
+    shapes = {p.name: p.shape for p in kernel.params}
+    copies = [s for s in walk_stmts(kernel.body) if isinstance(s, For)
+              and s.body and all(getattr(x, "buffer", None) == plane for x in s.body)
+              and any(getattr(e, "buffer", None) == "x0" for x in s.body
+                      for e in walk_expr(x.value))]
+    if stride <= MAX_LOAD_STRIDE:
+        assert copies and all(s.kind == "vectorized" for s in copies)
+        assert {access_kind(e.index, s.var.name, shapes["x0"]) for s in copies for x in s.body
+                for e in walk_expr(x.value) if getattr(e, "buffer", None) == "x0"} == {"strided"}
+    else:
+        assert any(s.kind == "serial" and len(s.body) == stride for s in copies)
+    x, w = data(1, 4, 40, 40), data(4, 1, 3, 3)
+    got = ember.compile(graph, config=CPU)(x, w)[0]
+    want = torch_conv(x, w, None, (stride, stride), (1, 1, 1, 1), (1, 1), 4)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("height,width,chains", [(56, 56, 8), (13, 64, 4), (4, 64, 8),
+                                                  (14, 14, 7), (7, 7, 1), (9, 20, 6)])
+def test_depthwise_sums_a_group_of_output_vectors_at_once(height: int, width: int,
+                                                          chains: int) -> None:
+    """Rows first, then blocks of 16 columns, up to 8 accumulators a group (rows of an odd
+    width keep one): the accumulator local holds a vector per chain, and every grouping
+    computes the conv."""
+    b = Builder("dw")
+    b.output(b.conv(b.input("x", "f32", (1, 3, height, width)),
+                    b.input("w", "f32", (3, 1, 3, 3)), pads=(1, 1, 1, 1), groups=3))
+    graph = b.build()
+    (kernel,) = lower_graph(graph).kernels
+    assert kernel.locals[1].shape == (chains, min(16, width))
+    x, w = data(1, 3, height, width), data(3, 1, 3, 3)
+    got = ember.compile(graph, config=CPU)(x, w)[0]
+    want = torch_conv(x, w, None, (1, 1), (1, 1, 1, 1), (1, 1), 3)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
