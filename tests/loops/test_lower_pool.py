@@ -105,3 +105,30 @@ def test_resize_every_axis_and_halves() -> None:
         rtol=1e-2, atol=1e-2)
     run("resize", (1, 1, 3, 3), DType.bf16, sizes=(1, 1, 2, 5), mode="linear",
         coordinate_transformation_mode="align_corners", rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("x_shape, attrs", [
+    ((1, 64, 24, 40), {"kernel": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1)}),
+    ((2, 3, 17, 35), {"kernel": (3, 3), "strides": (1, 1), "pads": (1, 1, 1, 1)}),
+    ((1, 2, 11, 21), {"kernel": (2, 3), "strides": (3, 2), "pads": (0, 1, 1, 2),
+                      "ceil_mode": True}),
+    ((1, 2, 12, 19), {"kernel": (3, 2), "dilations": (2, 2), "pads": (2, 1, 1, 0)}),
+])
+def test_max_pool_rows_compiled_match_the_interpreter(x_shape, attrs) -> None:
+    """The vectorized 2-D f32 max pool (groups of rows, strided loads, padding and
+    ceil_mode overhangs as selects): compiled, it gives the interpreter's values, NaN and
+    -inf included."""
+    import ember
+    from ember.loops.ir import For
+    from ember.loops.lower import lower_graph
+
+    b = Builder("g")
+    b.output(b.max_pool(b.input("x", DType.f32, x_shape), **attrs))
+    graph = b.build()
+    (kernel,) = lower_graph(graph).kernels
+    assert any(s.kind == "vectorized" for s in kernel.walk() if isinstance(s, For))
+    x = data(x_shape)
+    x.flat[::97] = np.nan
+    x.flat[5::89] = -np.inf
+    got = ember.compile(graph, config=ember.Config(executor="cpu", disk_cache=False))(x)[0]
+    np.testing.assert_array_equal(got, ember.interpret(graph, [x])[0])

@@ -3,7 +3,8 @@
 Pools reduce each output element's window into a local scalar, reading only the taps
 inside the input (an `If` guards axes where a tap can fall into the padding or past the
 end of a ceil_mode window): for max_pool the padding never wins, for avg_pool it adds 0
-and the divisor follows the reference's count_include_pad rule.
+and the divisor follows the reference's count_include_pad rule. A 2-D f32 max pool runs
+on vectors of output columns instead (`max_pool_rows`).
 
 `resize` computes, per resized axis, the source indices and weights of an output index
 in the loop body (in f64, as the reference does), in tables local to the kernel filled
@@ -78,8 +79,85 @@ def pool(ctx: LowerContext, geometry, init: Expr, combine: str, finish) -> list[
     return ctx.nest(ctx.outputs[0].shape, element)
 
 
+POOL_LANES = 16  # output columns per vector
+POOL_CHAINS = 8  # output vectors computed at once
+
+
+def max_pool_rows(ctx: LowerContext) -> list[Stmt] | None:
+    """A 2-D f32 max pool as vectors of output columns, or None for other pools. Each
+    vector takes the max of its unrolled taps; a tap outside the input (padding, a
+    ceil_mode overhang) is a select around the load, so those lanes read nothing and give
+    -inf, and at stride s the lanes read every s-th input column (a strided load):
+
+        for %nc { for %oh = 0 to OH / R { for %ow0 = 0 to ceil(OW / L) {
+          (r < R unrolled, row = oh * R + r)
+          %acc[r, jj] = -inf;  for %kh, %kw unrolled { (r) { for %jj = 0 to L vectorized {
+            %acc[r, jj] = max(%acc[r, jj], select(inside,
+                                  x[n, c, ih(row, kh), (ow0 * L + jj) * s + kw - pl], -inf))
+          } } }
+          y[n, c, row, ow0 * L + jj] = %acc[r, jj]  (the lanes before OW) } } }
+
+    ResNet's 3x3 stride-2 pool of 64 channels at 112x112 took 0.67 ms as a nest per
+    output element, 0.23 ms this way (ONNX Runtime: 0.09)."""
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    f32 = DType.f32
+    if len(x.shape) != 4 or x.dtype is not f32 or out.dtype is not f32 or 0 in out.shape:
+        return None
+    kernel, strides, pb, _, dilations, (oh_n, ow_n) = pool_geometry(ctx,
+                                                                     ctx.attrs["dilations"])
+    nb, channels = out.shape[:2]
+    lanes = min(POOL_LANES, ow_n)
+    blocks = (ow_n + lanes - 1) // lanes
+    # Rows taken together, each its own chain of maxima (9 taps of a NaN-propagating max,
+    # several instructions each, would wait on each other): 0.42 -> 0.23 ms.
+    down = max(r for r in range(1, POOL_CHAINS + 1) if oh_n % r == 0)
+    acc = ctx.local(f32, (down, lanes))
+    nc, oh, ow0, kh, kw, r = (ctx.var(v) for v in ("nc", "oh", "ow0", "kh", "kw", "r"))
+    n, c = (nc // channels, nc % channels) if nb > 1 else (Const(0), nc)
+    row = oh * down + r
+    lowest = Const(-np.inf, f32)
+
+    def each_row(body: list[Stmt]) -> For:
+        return For(r, Const(0), Const(down), body, 1, "unrolled")
+
+    def vector_loop(count: Expr, body) -> For:
+        jj = ctx.var("jj")
+        return For(jj, Const(0), count, body(jj), 1, "vectorized")
+
+    def tap(jj: Var) -> list[Stmt]:
+        # Lanes past OW (in the last block) take windows past the input's end: the
+        # checks on columns cover them.
+        col = ow0 * lanes + jj
+        positions = [window_position(o, t, s_, p, d) for o, t, s_, p, d in
+                     zip((row, col), (kh, kw), strides, pb, dilations)]
+        conds = window_checks(positions, x.shape[2:], (oh_n, blocks * lanes), kernel,
+                              strides, pb, dilations)
+        value = ctx.load(0, [n, c, *positions])
+        if conds:
+            value = Select(all_of(conds), value, lowest)
+        current = Load(acc.name, (r, jj), f32)
+        return [Store(acc.name, (r, jj), Binary("max", current, value))]
+
+    stop = Binary("min", Const(lanes), Const(ow_n) - ow0 * lanes) if ow_n % lanes \
+        else Const(lanes)
+    body = [each_row([vector_loop(Const(lanes), lambda jj: [Store(acc.name, (r, jj),
+                                                                  lowest)])]),
+            For(kh, Const(0), Const(kernel[0]),
+                [For(kw, Const(0), Const(kernel[1]),
+                     [each_row([vector_loop(Const(lanes), tap)])], 1, "unrolled")],
+                1, "unrolled"),
+            each_row([vector_loop(stop, lambda jj: [store_result(
+                ctx, [n, c, row, ow0 * lanes + jj], Load(acc.name, (r, jj), f32))])])]
+    return [For(nc, Const(0), Const(nb * channels),
+                [For(oh, Const(0), Const(oh_n // down),
+                     [For(ow0, Const(0), Const(blocks), body)])])]
+
+
 @lowering("max_pool")
 def max_pool(ctx: LowerContext):
+    fast = max_pool_rows(ctx)
+    if fast is not None:
+        return fast
     dtype = ctx.inputs[0].dtype.compute
     lowest = -np.inf if dtype.is_float else np.iinfo(dtype.np).min
     geometry = pool_geometry(ctx, ctx.attrs["dilations"])
