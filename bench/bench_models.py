@@ -11,11 +11,13 @@ absolute times, are the result: this machine's timings are noisy.
 from __future__ import annotations
 
 import argparse
+import atexit
 import datetime
 import io
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -223,7 +225,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     os.environ["EMBER_NUM_THREADS"] = str(args.threads)
-    os.environ["EMBER_CACHE_DIR"] = tempfile.mkdtemp(prefix="ember-bench-")  # cold compiles
+    cache = tempfile.mkdtemp(prefix="ember-bench-")  # cold compiles; gone at exit
+    os.environ["EMBER_CACHE_DIR"] = cache
+    atexit.register(shutil.rmtree, cache, ignore_errors=True)
     if args.one:
         print(json.dumps(bench(args.one, args.repeat, args.threads)))
         return

@@ -9,9 +9,17 @@ codegen, loop and fusion tests."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
-os.environ.setdefault("EMBER_CACHE_DIR", tempfile.mkdtemp(prefix="ember-test-cache-"))
+if "EMBER_CACHE_DIR" not in os.environ:
+    # Made once, by the process that starts the session (pytest-xdist's workers inherit
+    # the variable), and removed when it ends: a run leaves 350 MB of compiled code, and
+    # CI runs on the same machine again and again.
+    _cache = tempfile.mkdtemp(prefix="ember-test-cache-")
+    os.environ["EMBER_CACHE_DIR"] = _cache
+    atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("EMBER_BACKEND", "interp")
