@@ -4,8 +4,8 @@
 
 Prints one table (median latency, ratio to PyTorch eager, Ember's compile time and kernel
 count) and appends it, with the machine's details, to docs/benchmarks.md. Each model runs
-in a process of its own. Ratios, not
-absolute times, are the result: this machine's timings are noisy.
+in a process of its own. Ratios, not absolute times, are the result: this machine's
+timings are noisy.
 """
 
 from __future__ import annotations
@@ -225,10 +225,10 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     os.environ["EMBER_NUM_THREADS"] = str(args.threads)
-    cache = tempfile.mkdtemp(prefix="ember-bench-")  # cold compiles; gone at exit
-    os.environ["EMBER_CACHE_DIR"] = cache
-    atexit.register(shutil.rmtree, cache, ignore_errors=True)
-    if args.one:
+    if args.one:  # a child: compiles cold into a cache folder of its own
+        cache = tempfile.mkdtemp(prefix="ember-bench-")
+        os.environ["EMBER_CACHE_DIR"] = cache
+        atexit.register(shutil.rmtree, cache, ignore_errors=True)
         print(json.dumps(bench(args.one, args.repeat, args.threads)))
         return
     rows = []
