@@ -24,6 +24,8 @@ LLVM splits or widens the vectors to its registers, so a schedule picks W for it
 - a store is contiguous, or writes a local at a uniform index at the top of the body that
   the body reads only after that store, at that index: such a local is a per-lane
   temporary held in a register (after the loop it holds the last active lane's value);
+  or it writes a buffer that is not a local at an address linear in `j` with a nonzero
+  slope, so that its lanes' elements are distinct: a masked scatter (`distinct_lanes`);
 - a `select` whose condition differs between lanes and whose first side is a load of f32
   or f64 loads only on the lanes it picks (a masked load or gather), so that the other
   lanes may address memory outside the buffer (a conv's row segments);
@@ -52,6 +54,7 @@ saves reading each line before it is written (`emit_streaming`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -217,6 +220,19 @@ def access_kind(index: Sequence[Expr], name: str, shape: Sequence[int] | None = 
     return "gather"
 
 
+def distinct_lanes(index: Sequence[Expr], name: str, shape: Sequence[int] | None) -> bool:
+    """Whether an access at `index` of a buffer of `shape` addresses a different element
+    in every lane of a loop over `name`: its row-major offset is u + c * name, c != 0 (a
+    scatter store needs that, or lanes would race for one element)."""
+    if shape is None or len(shape) != len(index):
+        return False
+    coefs = [coefficient(i, name) for i in index]
+    if any(c is None for c in coefs):
+        return False
+    strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+    return sum(c * s for c, s in zip(coefs, strides)) != 0
+
+
 def load_stride(index: Sequence[Expr], name: str, shape: Sequence[int]) -> int:
     """The elements between lanes of a strided access (`access_kind`)."""
     stride = coefficient(flatten_index(index, shape)[-1], name)
@@ -318,8 +334,10 @@ def plan_vector(s: For, locals_: set[str],
         if st.buffer in lane_locals:
             if kind != "uniform" or st not in s.body:
                 return f"%{st.buffer} is stored both per lane and not"
-        elif kind != "contiguous":
-            return f"a store to %{st.buffer} is neither contiguous nor lane-private"
+        elif kind != "contiguous" and (st.buffer in locals_ or not distinct_lanes(
+                st.index, name, shapes.get(st.buffer))):
+            return (f"a store to %{st.buffer} is neither contiguous, lane-private nor a"
+                    f" scatter to distinct elements")
         elif st.value.dtype is DType.bf16 and varies(st.value):
             return "storing bf16 (rounding) has no vector code"
         stores.setdefault(st.buffer, set()).add(st.index)
@@ -432,6 +450,10 @@ class VectorBody:
         if st.buffer in self.plan.lane_locals:
             self.lane_values[st.buffer] = self.splat(value)
             return
+        buf = self.em.kernel.buffer(st.buffer)
+        if access_kind(st.index, self.loop.var.name, buf.shape) != "contiguous":
+            self.scatter(st, value)
+            return
         ptr, buf = self.base(st.buffer, st.index)
         raw = self.to_storage(value, buf.dtype) if _is_vector(value) else \
             self.splat(scalar.to_storage(self.b, value, buf.dtype))
@@ -448,6 +470,18 @@ class VectorBody:
                      [raw.type, scalar.PTR, I32, self.mask.type])
         self.b.call(fn, [raw, self.b.bitcast(ptr, scalar.PTR), ir.Constant(I32, align),
                          self.mask])
+
+    def scatter(self, st: Store, value: ir.Value) -> None:
+        """A store whose lanes' elements are apart (`distinct_lanes`): one masked scatter
+        (a packed conv's write-back, output channels in the lanes)."""
+        buf = self.em.kernel.buffer(st.buffer)
+        raw = self.to_storage(self.splat(value), buf.dtype)
+        pointers = self.gather_pointers(st.buffer, st.index)
+        mask = self.mask if self.mask is not None else \
+            ir.Constant(self.vec(ir.IntType(1)), [1] * self.width)
+        fn = declare(self.b, f"llvm.masked.scatter.{_mangle(raw.type)}.{_mangle(pointers.type)}",
+                     ir.VoidType(), [raw.type, pointers.type, I32, mask.type])
+        self.b.call(fn, [raw, pointers, ir.Constant(I32, buf.dtype.itemsize), mask])
 
     def base(self, name: str, index: Sequence[Expr]):
         """Pointer to lane 0's element and the buffer, for a contiguous access."""

@@ -270,3 +270,45 @@ def test_identical_kernels_are_emitted_once() -> None:
     out = np.zeros(64, np.float32)
     jit.kernel("second", 2)(a.ctypes.data, out.ctypes.data)
     np.testing.assert_allclose(out, np.exp(a), rtol=1e-6)
+
+
+# -- scatters ------------------------------------------------------------------------------------
+
+def test_store_to_distinct_elements_is_a_masked_scatter() -> None:
+    # A packed conv's write-back: lanes are output channels, one plane (7 elements) apart;
+    # the last block's lanes past 12 are masked off.
+    text = """kernel @k(%x: f32[12,7], %y: f32[12,7]) {
+  for %p = 0 to 7 {
+    for %b = 0 to 2 {
+      for %j = 0 to min(8, sub(12, mul(%b, 8))) vectorized {
+        %y[add(mul(%b, 8), %j), %p] = add(%x[add(mul(%b, 8), %j), %p], 1.0:f32)
+      }
+    }
+  }
+}"""
+    loop = parse_kernel(text).body[0].body[0].body[0]
+    assert isinstance(plan_vector(loop, set(), {"x": (12, 7), "y": (12, 7)}), VectorPlan)
+    ir_text = cpu.llvm_ir_text(kernel_module([verify_kernel(parse_kernel(text))]),
+                               optimized=False)
+    assert "llvm.masked.scatter" in ir_text
+    x, y = RNG.standard_normal((12, 7)).astype(np.float32), np.zeros((12, 7), np.float32)
+    run(text, x, y)
+    np.testing.assert_array_equal(y, x + 1)
+
+
+@pytest.mark.parametrize("index, element", [("floordiv(%j, 2)", lambda j: j // 2),
+                                            ("mul(%j, 0)", lambda j: 0)])
+def test_store_that_lanes_could_share_stays_serial(index: str, element) -> None:
+    """Two lanes writing one element would race in a scatter: such a loop runs serially,
+    and the last iteration's value is the one left, as the interpreter leaves it."""
+    text = f"""kernel @k(%x: f32[8], %y: f32[8]) {{
+  for %j = 0 to 8 vectorized {{ %y[{index}] = %x[%j] }}
+}}"""
+    why = plan_vector(parse_kernel(text).body[0], set(), {"x": (8,), "y": (8,)})
+    assert isinstance(why, str) and "scatter to distinct elements" in why
+    x, y = np.arange(8, dtype=np.float32), np.zeros(8, np.float32)
+    run(text, x, y)
+    want = np.zeros(8, np.float32)
+    for j in range(8):
+        want[element(j)] = j
+    np.testing.assert_array_equal(y, want)

@@ -299,7 +299,7 @@ def test_vector_stores_of_every_storage_type() -> None:
 
 @pytest.mark.parametrize("body, why", [
     ("%y[%j] = %x[%j]\n %x[add(%j, 1)] = 1.0:f32", "read at another index"),
-    ("%x[0] = %y[%j]", "neither contiguous nor lane-private"),
+    ("%x[0] = %y[%j]", "nor a scatter to distinct elements"),
     ("if lt(%j, 3) { %y[%j] = 0.0:f32 }", "condition differs between lanes"),
     ("%y[%j] = floor(mul(%x[%j], 0.5:f32))", "floor on f32 has no vector code"),
     ("%y[%j] = %t[]\n %t[] = %x[%j]", "read before the lane stores it"),

@@ -162,6 +162,60 @@ define("conv", arity=(2, 3), infer=_conv_infer, reference=_conv_reference,
        summary="N-d convolution (ONNX Conv): x [N,C,*S], w [M,C/groups,*K], bias [M]",
        family="linalg")
 
+# -- packed_conv -------------------------------------------------------------------------
+#
+# A 2-D conv with one group and no padding whose weights were packed at compile time
+# (ember/graph/passes/pack_convs.py) for a kernel that puts output channels in the vector
+# lanes: wp[q, k, l] = w[q * L + l, k] with k = (c, kh, kw) flattened, L the panel width.
+
+
+def unpack_conv_weights(wp: np.ndarray, kernel_shape: Sequence[int]) -> np.ndarray:
+    """The [M, C, KH, KW] weights that `wp` [M / L, C * KH * KW, L] packs."""
+    panels, depth, lanes = wp.shape
+    kh, kw = kernel_shape
+    return wp.transpose(0, 2, 1).reshape(panels * lanes, depth // (kh * kw), kh, kw)
+
+
+def pack_conv_weights(w: np.ndarray, lanes: int) -> np.ndarray:
+    """w [M, C, KH, KW] as panels of `lanes` output channels: [M / lanes, C * KH * KW,
+    lanes] (M a multiple of `lanes`)."""
+    m = w.shape[0]
+    return np.ascontiguousarray(w.reshape(m // lanes, lanes, -1).transpose(0, 2, 1))
+
+
+def _packed_conv_infer(types, attrs):
+    x, wp, bias = (*types, None)[:3]
+    same_dtype(types)
+    require_dtype(x, FLOAT_TYPES)
+    kernel = per_axis(attrs["kernel_shape"], 2, 1, "kernel_shape")
+    if x.rank != 4 or wp.rank != 3:
+        raise ShapeError(f"x must be [N, C, H, W] and the packed weights [M/L, C*KH*KW, L],"
+                         f" got {x} and {wp}")
+    if wp.shape[1] != x.shape[1] * kernel[0] * kernel[1]:
+        raise ShapeError(f"packed weights {wp} do not hold {x.shape[1]} channels of"
+                         f" {kernel[0]}x{kernel[1]} taps")
+    m = wp.shape[0] * wp.shape[2]
+    if bias is not None and bias.shape != (m,):
+        raise ShapeError(f"bias must have shape [{m}], got {bias}")
+    strides, _, _, dilations = window_params(2, attrs["strides"], (), attrs["dilations"])
+    out = [window_count(size, k, s, 0, 0, d, axis=i) for i, (size, k, s, d) in
+           enumerate(zip(x.shape[2:], kernel, strides, dilations))]
+    return TensorType(x.dtype, (x.shape[0], m, *out))
+
+
+def _packed_conv_reference(x, wp, bias=None, *, kernel_shape, strides, dilations):
+    w = unpack_conv_weights(wp, kernel_shape)
+    return _conv_reference(x, w, bias, strides=strides, pads=(), dilations=dilations,
+                           groups=1)
+
+
+define("packed_conv", arity=(2, 3), infer=_packed_conv_infer,
+       reference=_packed_conv_reference,
+       attrs={"kernel_shape": Attr("ints", ()), "strides": Attr("ints", ()),
+              "dilations": Attr("ints", ())}, traits=("pure",),
+       summary="2-D conv, one group, no padding, weights packed in panels of output"
+               " channels: x [N,C,H,W], wp [M/L,C*KH*KW,L], bias [M]", family="linalg")
+
 # -- conv_transpose ----------------------------------------------------------------------
 
 

@@ -56,6 +56,7 @@ def _load() -> None:
         fold,
         fold_affine,
         fuse,
+        pack_convs,
         pad_convs,
     )
 

@@ -1,4 +1,5 @@
-"""matmul, conv and conv_transpose: type inference, errors, and semantics against PyTorch."""
+"""matmul, conv, packed_conv and conv_transpose: type inference, errors, and semantics against
+PyTorch."""
 
 import numpy as np
 import pytest
@@ -7,6 +8,7 @@ import torch.nn.functional as F
 
 from ember import Builder, DType, ShapeError, interpret, parse_graph, print_graph
 from ember.dtypes import from_numpy
+from ember.graph.ops.linalg import pack_conv_weights, unpack_conv_weights
 
 RNG = np.random.default_rng(0)
 
@@ -162,6 +164,35 @@ def test_conv_matches_torch(xs, ws, has_bias, strides, pads, dilations, groups):
     expected = conv(F.pad(T(x), torch_pads(pads)) if pads else T(x), T(w),
                     T(bias) if has_bias else None, stride=strides or 1,
                     dilation=dilations or 1, groups=groups)
+    np.testing.assert_allclose(out, expected.numpy(), rtol=1e-5, atol=1e-5)
+
+
+# -- packed_conv -------------------------------------------------------------------------
+
+
+def test_packed_conv_types_and_errors():
+    assert result_type("packed_conv", (1, 4, 9, 9), (2, 36, 16), (32,), kernel_shape=(3, 3),
+                       strides=(2, 2)) == "f32[1,32,4,4]"
+    with pytest.raises(ShapeError, match="do not hold 4 channels of 3x3 taps"):
+        build("packed_conv", [(DType.f32, (1, 4, 9, 9)), (DType.f32, (2, 35, 16))],
+              kernel_shape=(3, 3))
+    with pytest.raises(ShapeError, match=r"bias must have shape \[32\]"):
+        build("packed_conv", [(DType.f32, (1, 4, 9, 9)), (DType.f32, (2, 4, 16)),
+                              (DType.f32, (16,))], kernel_shape=(1, 1))
+    with pytest.raises(ShapeError, match="larger than the padded input"):
+        build("packed_conv", [(DType.f32, (1, 4, 2, 2)), (DType.f32, (1, 36, 16))],
+              kernel_shape=(3, 3))
+
+
+@pytest.mark.parametrize("lanes", [16, 32])
+def test_packed_conv_matches_torch(lanes):
+    x, w, bias = randn(2, 3, 9, 8), randn(32, 3, 3, 2), randn(32)
+    packed = pack_conv_weights(w, lanes)
+    assert packed.shape == (32 // lanes, 18, lanes)
+    np.testing.assert_array_equal(unpack_conv_weights(packed, (3, 2)), w)
+    out = run("packed_conv", x, packed, bias, kernel_shape=(3, 2), strides=(2, 1),
+              dilations=(1, 2))
+    expected = F.conv2d(T(x), T(w), T(bias), stride=(2, 1), dilation=(1, 2))
     np.testing.assert_allclose(out, expected.numpy(), rtol=1e-5, atol=1e-5)
 
 

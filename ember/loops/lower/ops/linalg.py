@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from ember.codegen.vector import MAX_LOAD_STRIDE
 from ember.dtypes import DType
+from ember.errors import UnsupportedOpError
 from ember.graph.ops.linalg import window_params
 from ember.loops.ir import (
     Binary,
@@ -480,6 +481,95 @@ def depthwise_conv(ctx: LowerContext) -> list[Stmt] | None:
     return [For(nc, Const(0), Const(nb * channels),
                 [*zero, *copy, For(oh, Const(0), Const(oh_n // down),
                                    [For(ow0, Const(0), Const(blocks // across), body)])])]
+
+
+PACKED_CONV_ROWS = 7  # output positions per tile: 7 x 32 lanes is 14 accumulators
+
+
+def packed_conv_rows(positions: int) -> int:
+    """Output positions per tile for a plane of `positions`: a divisor of it near
+    PACKED_CONV_ROWS when there is one (7x7 and 14x14 planes take 7), so that no tile
+    computes positions past the plane."""
+    for rows in (PACKED_CONV_ROWS, 8, 6):
+        if positions % rows == 0:
+            return rows
+    return min(PACKED_CONV_ROWS, positions)
+
+
+@lowering("packed_conv")
+def packed_conv(ctx: LowerContext) -> list[Stmt]:
+    """A conv whose weights are packed in panels of L output channels (ember/graph/ops/
+    linalg.py), with the output channels in the vector lanes: a tile is R output positions
+    by one panel, R * L / 16 register-held accumulators; per (c, kh, kw) it loads one row
+    of the panel and broadcasts R input elements:
+
+        for %t = 0 to N * (M / L) * ceil(P / R) {       (parallel, by the default schedule)
+          (n, q, p0) from t
+          %acc[r, jj] = 0
+          for %c = 0 to C { for %kh unrolled { for %kw unrolled { (r < R unrolled) {
+            for %jj = 0 to L vectorized {
+              %acc[r, jj] = fma(x[n, c, oh(p0 + r) * sh + kh * dh, ow(p0 + r) * sw + kw * dw],
+                                wp[q, (c * KH + kh) * KW + kw, jj], %acc[r, jj])
+          } } } } }
+          (r < R unrolled, p0 + r < P) for %jj = 0 to L vectorized {
+            out[n, q * L + jj, oh(p0 + r), ow(p0 + r)] = %acc[r, jj] (+ bias) }
+        }
+
+    The write-back scatters (lanes are P elements apart in out), once per tile; the sum
+    reads every operand contiguously or as a broadcast. On a 7x7 plane the conv GEMM's
+    16-position panels would leave 15 of 64 lanes idle; here none are when M is a
+    multiple of L."""
+    x, wp = ctx.inputs[:2]
+    out = ctx.outputs[0]
+    f32 = DType.f32
+    if any(b.dtype is not f32 for b in (*ctx.inputs, out)):
+        raise UnsupportedOpError(f"packed_conv on {x.dtype}: only f32 is implemented")
+    (sh, sw), _, _, (dh, dw) = window_params(2, ctx.attrs["strides"], (),
+                                             ctx.attrs["dilations"])
+    kh_n, kw_n = ctx.attrs["kernel_shape"]
+    nb, m_out, oh_n, ow_n = out.shape
+    panels, _, lanes = wp.shape
+    c_in = x.shape[1]
+    positions = oh_n * ow_n
+    rows = packed_conv_rows(positions)
+    tiles = -(-positions // rows)
+    acc = ctx.local(f32, (rows, lanes))
+    t, c, kh, kw, r = (ctx.var(v) for v in ("task", "c", "kh", "kw", "r"))
+    n = t // (panels * tiles) if nb > 1 else Const(0)
+    q, p0 = (t // tiles) % panels, (t % tiles) * rows
+    p = p0 + r
+    if positions % rows:  # the last tile's rows past the plane read its last position
+        p = binary("min", p, positions - 1)
+    oh, ow = p // ow_n, p % ow_n
+
+    def each_row(body: list[Stmt]) -> For:
+        return For(r, Const(0), Const(rows), body, 1, "unrolled")
+
+    def vector_loop(body: Callable[[Var], list[Stmt]]) -> For:
+        jj = ctx.var("jj")
+        return For(jj, Const(0), Const(lanes), body(jj), 1, "vectorized")
+
+    def tap(jj: Var) -> list[Stmt]:
+        k = (c * kh_n + kh) * kw_n + kw
+        value = Fma(ctx.load(0, [n, c, oh * sh + kh * dh, ow * sw + kw * dw]),
+                    ctx.load(1, [q, k, jj]), Load(acc.name, (r, jj), f32))
+        return [Store(acc.name, (r, jj), value)]
+
+    def write(jj: Var) -> list[Stmt]:
+        m = q * lanes + jj
+        return [store_result(ctx, [n, m, oh, ow],
+                             _add_bias(ctx, Load(acc.name, (r, jj), f32), m))]
+
+    write_back = [vector_loop(write)]
+    if positions % rows:
+        write_back = [If(binary("lt", p0 + r, positions), write_back)]
+    body = [each_row([vector_loop(lambda jj: [Store(acc.name, (r, jj), Const(0.0, f32))])]),
+            For(c, Const(0), Const(c_in),
+                [For(kh, Const(0), Const(kh_n),
+                     [For(kw, Const(0), Const(kw_n), [each_row([vector_loop(tap)])], 1,
+                          "unrolled")], 1, "unrolled")]),
+            each_row(write_back)]
+    return [For(t, Const(0), Const(nb * panels * tiles), body)]
 
 
 def plain_conv(ctx: LowerContext) -> list[Stmt]:

@@ -1,0 +1,107 @@
+"""The pack_convs pass (ember/graph/passes/pack_convs.py) and the kernel it chooses
+(`packed_conv`, ember/loops/lower/ops/linalg.py): convs on small planes with constant
+weights and long sums get packed weights and output channels in the vector lanes; others
+keep the implicit GEMM. Values: compiled against the interpreter on the graph before the
+pass, on planes whose positions fill whole tiles and ones that leave a partial last tile,
+with strides, dilations, 3x3 taps, batches, bias and fused epilogues (ReLU6, a residual
+add)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember
+from ember import Builder, interpret
+from ember.driver.pass_manager import run_passes
+from ember.graph.ops.linalg import unpack_conv_weights
+from ember.loops.ir import For, walk_stmts
+from ember.loops.lower import lower_graph
+
+RNG = np.random.default_rng(17)
+CPU = ember.Config(executor="cpu", disk_cache=False)
+
+
+def data(*shape) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def conv_graph(x_shape, w, bias=None, epilogue="", **attrs):
+    b = Builder("conv")
+    x = b.input("x", "f32", x_shape)
+    args = [x, b.constant(w, name="w")] + ([b.constant(bias, name="b")] if bias is not None
+                                           else [])
+    y = b.conv(*args, **attrs)
+    if epilogue == "relu6":
+        y = b.min(b.max(y, b.constant(np.float32(0))), b.constant(np.float32(6)))
+    elif epilogue == "residual":
+        y = b.add(y, b.input("r", "f32", tuple(y.shape)))
+    b.output(y)
+    return b.build()
+
+
+def op_names(graph) -> list[str]:
+    return [op.name for op in graph.walk() if "conv" in op.name]
+
+
+@pytest.mark.parametrize("x_shape, w_shape, attrs", [
+    ((1, 256, 7, 7), (64, 256, 1, 1), {}),  # 49 positions: 7 tiles of 7
+    ((1, 128, 7, 7), (32, 128, 1, 1), {}),  # K = 128 on a plane that wastes lanes
+    ((1, 64, 9, 9), (48, 64, 3, 3), {}),  # 3x3 taps, M = 48: panels of 16
+    ((2, 256, 11, 11), (32, 256, 1, 1), {"strides": (2, 2)}),  # 36 positions: 6 tiles of 6
+    ((1, 32, 9, 9), (32, 32, 3, 3), {"pads": (1, 1, 1, 1), "dilations": (2, 2)}),
+    ((1, 256, 5, 5), (32, 256, 1, 1), {}),  # 25 positions: a partial last tile
+])
+def test_small_plane_convs_are_packed_and_match_the_interpreter(x_shape, w_shape,
+                                                                attrs) -> None:
+    w, bias = data(*w_shape) / 10, data(w_shape[0])
+    graph = conv_graph(x_shape, w, bias, **attrs)
+    x = data(*x_shape)
+    want = interpret(graph, [x])[0]
+    packed = run_passes(graph, ["pad_convs", "pack_convs", "dce"])
+    assert op_names(packed) == ["packed_conv"]
+    (op,) = [op for op in packed.walk() if op.name == "packed_conv"]
+    np.testing.assert_array_equal(
+        unpack_conv_weights(packed.constant_data(op.operands[1].producer),
+                            op.attrs["kernel_shape"]), w)
+    assert "w" not in packed.constants  # the unpacked weights are gone
+    np.testing.assert_allclose(interpret(packed, [x])[0], want, rtol=1e-5, atol=1e-5)
+    compiled = ember.compile(graph, config=CPU)
+    np.testing.assert_allclose(compiled(x)[0], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("epilogue", ["relu6", "residual"])
+def test_packed_conv_takes_a_fused_epilogue(epilogue: str) -> None:
+    graph = conv_graph((1, 320, 7, 7), data(64, 320, 1, 1) / 10, data(64), epilogue)
+    inputs = [data(1, 320, 7, 7)] + ([data(1, 64, 7, 7)] if epilogue == "residual" else [])
+    compiled = ember.compile(graph, config=CPU)
+    (kernel,) = ember.explain(compiled).kernels
+    assert "packed_conv" in kernel.ops and len(kernel.ops) > 1
+    np.testing.assert_allclose(compiled(*inputs)[0], interpret(graph, inputs)[0],
+                               rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("x_shape, w_shape", [
+    ((1, 256, 28, 28), (64, 256, 1, 1)),  # a plane of 784 positions: the GEMM's
+    ((1, 96, 14, 14), (64, 96, 1, 1)),  # K = 96 on a plane that fills its lanes
+    ((1, 256, 7, 7), (40, 256, 1, 1)),  # 40 output channels: not whole vectors
+])
+def test_other_convs_keep_the_implicit_gemm(x_shape, w_shape) -> None:
+    graph = conv_graph(x_shape, data(*w_shape))
+    assert op_names(run_passes(graph, ["pad_convs", "pack_convs"])) == ["conv"]
+
+
+def test_weights_given_at_call_time_are_not_packed() -> None:
+    b = Builder("conv")
+    b.output(b.conv(b.input("x", "f32", (1, 256, 7, 7)), b.input("w", "f32", (64, 256, 1, 1))))
+    assert op_names(run_passes(b.build(), ["pad_convs", "pack_convs"])) == ["conv"]
+
+
+def test_packed_conv_nest_keeps_a_register_tile_and_scatters_once_per_tile() -> None:
+    graph = run_passes(conv_graph((1, 256, 7, 7), data(64, 256, 1, 1)), ["pack_convs", "dce"])
+    (kernel,) = lower_graph(graph).kernels
+    loops = list(walk_stmts(kernel.body))
+    vectorized = [s for s in loops if isinstance(s, For) and s.kind == "vectorized"]
+    assert vectorized and all(int(s.stop.value) == 32 for s in vectorized)
+    # One outer loop over tasks (2 panels of 32 channels x 7 tiles of 7 positions).
+    assert isinstance(kernel.body[0], For) and int(kernel.body[0].stop.value) == 14
