@@ -103,5 +103,7 @@ def test_packed_conv_nest_keeps_a_register_tile_and_scatters_once_per_tile() -> 
     loops = list(walk_stmts(kernel.body))
     vectorized = [s for s in loops if isinstance(s, For) and s.kind == "vectorized"]
     assert vectorized and all(int(s.stop.value) == 32 for s in vectorized)
-    # One outer loop over tasks (2 panels of 32 channels x 7 tiles of 7 positions).
-    assert isinstance(kernel.body[0], For) and int(kernel.body[0].stop.value) == 14
+    # One outer loop over tasks (2 panels of 32 channels x 7 tiles of 7 positions), run by
+    # a team: 800K multiply-adds.
+    task = kernel.body[0]
+    assert isinstance(task, For) and int(task.stop.value) == 14 and task.kind == "parallel"

@@ -35,6 +35,7 @@ from ember.loops.ir import (
 )
 from ember.loops.lower.core import LowerContext, lowering
 from ember.loops.schedules.gemm import (
+    MIN_PARALLEL_FMAS,
     Gemm,
     GemmSchedule,
     apply_gemm,
@@ -503,7 +504,7 @@ def packed_conv(ctx: LowerContext) -> list[Stmt]:
     by one panel, R * L / 16 register-held accumulators; per (c, kh, kw) it loads one row
     of the panel and broadcasts R input elements:
 
-        for %t = 0 to N * (M / L) * ceil(P / R) {       (parallel, by the default schedule)
+        for %t = 0 to N * (M / L) * ceil(P / R) parallel {
           (n, q, p0) from t
           %acc[r, jj] = 0
           for %c = 0 to C { for %kh unrolled { for %kw unrolled { (r < R unrolled) {
@@ -569,7 +570,11 @@ def packed_conv(ctx: LowerContext) -> list[Stmt]:
                      [For(kw, Const(0), Const(kw_n), [each_row([vector_loop(tap)])], 1,
                           "unrolled")], 1, "unrolled")]),
             each_row(write_back)]
-    return [For(t, Const(0), Const(nb * panels * tiles), body)]
+    # Tasks write disjoint tiles, which the default schedule cannot see through t's
+    # division into (n, q, p0): the loop is made parallel here, as the GEMM's is.
+    work = nb * m_out * positions * c_in * kh_n * kw_n
+    kind = "parallel" if work >= MIN_PARALLEL_FMAS else "serial"
+    return [For(t, Const(0), Const(nb * panels * tiles), body, 1, kind)]
 
 
 def plain_conv(ctx: LowerContext) -> list[Stmt]:
