@@ -200,16 +200,12 @@ def _time_steps(executable: Any, steps: list, budget: float) -> dict[str, float]
     inputs = _scratch([[b.dtype.value, list(b.shape)] for b in iface.inputs])
     outputs = _scratch([[b.dtype.value, list(b.shape)] for b in iface.outputs])
     executable(*inputs, out=outputs)
-    address = {b.name: a.ctypes.data for b, a in zip(iface.inputs, inputs)}
-    address |= {b.name: a.ctypes.data for b, a in zip(iface.outputs, outputs)}
-    address |= {b.name: a.ctypes.data for b, a in zip(iface.constants, executable.constants)}
-    arena = executable.arena.ctypes.data
-    address |= {b.name: arena + executable.plan.offsets[b.name] for b in iface.temps}
+    address = executable.buffer_addresses(inputs, outputs)
     calls = [(name, executable.engine.kernel(name, len(args)),
               [ctypes.c_void_p(address[a]) for a in args]) for name, args in steps]
     rounds: list[dict[str, float]] = []
     deadline = time.perf_counter() + budget
-    with executable._lock:  # the arena is the executable's: no call may run meanwhile
+    with executable.arena_lock:  # no call may run on the arena meanwhile
         while len(rounds) < 3 or (time.perf_counter() < deadline and len(rounds) < 1000):
             spent: dict[str, float] = {}
             for name, fn, pointers in calls:

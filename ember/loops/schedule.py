@@ -190,6 +190,8 @@ def vectorize_inner_loops(kernel: Kernel) -> Kernel:
                                 "gather" for x in loads):
             continue
         blocks, rest = divmod(trips, width)
+        # Fresh names, against the kernel's and those picked so far in this pass (which
+        # primitives._fresh, reading the kernel alone, would not see).
         block, lane = f"{loop.var.name}.v", f"{loop.var.name}.l"
         while block in names or lane in names:
             block, lane = block + "_", lane + "_"

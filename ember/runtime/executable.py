@@ -216,6 +216,25 @@ class Executable:
             self._out_ptrs[:len(outputs)] = outputs
             self._entry(*self._entry_args)
 
+    def buffer_addresses(self, inputs: Sequence[np.ndarray],
+                         outputs: Sequence[np.ndarray]) -> dict[str, int]:
+        """The data address of every buffer of a run on `inputs` and `outputs` (arrays
+        that the caller checked and keeps alive), by buffer name: theirs, the constants'
+        and the temporaries' places in the arena. For running kernels one by one
+        (`ember explain`), under `arena_lock`."""
+        iface = self.interface
+        address = {b.name: a.ctypes.data for b, a in zip(iface.inputs, inputs)}
+        address |= {b.name: a.ctypes.data for b, a in zip(iface.outputs, outputs)}
+        address |= {b.name: a.ctypes.data for b, a in zip(iface.constants, self.constants)}
+        arena = self.arena.ctypes.data
+        address |= {b.name: arena + self.plan.offsets[b.name] for b in iface.temps}
+        return address
+
+    @property
+    def arena_lock(self) -> threading.Lock:
+        """Held by every run: whoever runs kernels on the arena itself holds it too."""
+        return self._lock
+
     def _outputs(self, out: Any) -> tuple[list[Any], list[np.ndarray]]:
         """The objects to return and the arrays the entry writes: fresh arrays, or the
         caller's `out` buffers, which must match exactly (they cannot be copied into)."""

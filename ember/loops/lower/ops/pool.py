@@ -38,8 +38,10 @@ from ember.loops.lower.ops.linalg import (
     accumulator,
     all_of,
     compute_load,
+    largest_divisor,
     reduce_into,
     store_result,
+    vector_loop,
     window_checks,
     window_position,
 )
@@ -110,7 +112,7 @@ def max_pool_rows(ctx: LowerContext) -> list[Stmt] | None:
     blocks = (ow_n + lanes - 1) // lanes
     # Rows taken together, each its own chain of maxima (9 taps of a NaN-propagating max,
     # several instructions each, would wait on each other): 0.42 -> 0.23 ms.
-    down = max(r for r in range(1, POOL_CHAINS + 1) if oh_n % r == 0)
+    down = largest_divisor(oh_n, POOL_CHAINS)
     acc = ctx.local(f32, (down, lanes))
     nc, oh, ow0, kh, kw, r = (ctx.var(v) for v in ("nc", "oh", "ow0", "kh", "kw", "r"))
     n, c = (nc // channels, nc % channels) if nb > 1 else (Const(0), nc)
@@ -119,10 +121,6 @@ def max_pool_rows(ctx: LowerContext) -> list[Stmt] | None:
 
     def each_row(body: list[Stmt]) -> For:
         return For(r, Const(0), Const(down), body, 1, "unrolled")
-
-    def vector_loop(count: Expr, body) -> For:
-        jj = ctx.var("jj")
-        return For(jj, Const(0), count, body(jj), 1, "vectorized")
 
     def tap(jj: Var) -> list[Stmt]:
         # Lanes past OW (in the last block) take windows past the input's end: the
@@ -140,13 +138,13 @@ def max_pool_rows(ctx: LowerContext) -> list[Stmt] | None:
 
     stop = Binary("min", Const(lanes), Const(ow_n) - ow0 * lanes) if ow_n % lanes \
         else Const(lanes)
-    body = [each_row([vector_loop(Const(lanes), lambda jj: [Store(acc.name, (r, jj),
+    body = [each_row([vector_loop(ctx, lanes, lambda jj: [Store(acc.name, (r, jj),
                                                                   lowest)])]),
             For(kh, Const(0), Const(kernel[0]),
                 [For(kw, Const(0), Const(kernel[1]),
-                     [each_row([vector_loop(Const(lanes), tap)])], 1, "unrolled")],
+                     [each_row([vector_loop(ctx, lanes, tap)])], 1, "unrolled")],
                 1, "unrolled"),
-            each_row([vector_loop(stop, lambda jj: [store_result(
+            each_row([vector_loop(ctx, stop, lambda jj: [store_result(
                 ctx, [n, c, row, ow0 * lanes + jj], Load(acc.name, (r, jj), f32))])])]
     return [For(nc, Const(0), Const(nb * channels),
                 [For(oh, Const(0), Const(oh_n // down),
