@@ -475,7 +475,8 @@ class VectorBody:
         """A store whose lanes' elements are apart (`distinct_lanes`): one masked scatter
         (a packed conv's write-back, output channels in the lanes)."""
         buf = self.em.kernel.buffer(st.buffer)
-        raw = self.to_storage(self.splat(value), buf.dtype)
+        raw = self.to_storage(value, buf.dtype) if _is_vector(value) else \
+            self.splat(scalar.to_storage(self.b, value, buf.dtype))
         pointers = self.gather_pointers(st.buffer, st.index)
         mask = self.mask if self.mask is not None else \
             ir.Constant(self.vec(ir.IntType(1)), [1] * self.width)

@@ -312,3 +312,17 @@ def test_store_that_lanes_could_share_stays_serial(index: str, element) -> None:
     for j in range(8):
         want[element(j)] = j
     np.testing.assert_array_equal(y, want)
+
+
+def test_scatter_of_a_uniform_half_value_stores_it_rounded() -> None:
+    # The value is the same in every lane: rounded to bf16 once, then scattered.
+    text = """kernel @k(%x: f32[1], %y: bf16[12,7]) {
+  for %p = 0 to 7 {
+    for %j = 0 to 12 vectorized { %y[%j, %p] = bf16(%x[0]) }
+  }
+}"""
+    import ml_dtypes
+
+    x, y = np.array([1.5], np.float32), np.zeros((12, 7), ml_dtypes.bfloat16)
+    run(text, x, y)
+    assert (y.astype(np.float32) == 1.5).all()
