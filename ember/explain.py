@@ -169,6 +169,13 @@ def _scratch(params: list) -> list[np.ndarray]:
     return arrays
 
 
+def _scratch_io(executable: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Scratch inputs and outputs for a whole run of `executable`."""
+    iface = executable.interface
+    return tuple(_scratch([[b.dtype.value, list(b.shape)] for b in buffers])
+                 for buffers in (iface.inputs, iface.outputs))
+
+
 def _repeat(fn, budget: float) -> float:
     """The median seconds of `fn`, run for about `budget` seconds (at least 3 times)."""
     fn()
@@ -196,9 +203,7 @@ def _time_steps(executable: Any, steps: list, budget: float) -> dict[str, float]
     `budget` seconds (at least 3 rounds), after one inference that fills the arena."""
     import ctypes
 
-    iface = executable.interface
-    inputs = _scratch([[b.dtype.value, list(b.shape)] for b in iface.inputs])
-    outputs = _scratch([[b.dtype.value, list(b.shape)] for b in iface.outputs])
+    inputs, outputs = _scratch_io(executable)
     executable(*inputs, out=outputs)
     address = executable.buffer_addresses(inputs, outputs)
     calls = [(name, executable.engine.kernel(name, len(args)),
@@ -217,8 +222,7 @@ def _time_steps(executable: Any, steps: list, budget: float) -> dict[str, float]
 
 
 def _time_whole(executable: Any, budget: float) -> float:
-    inputs = _scratch([[b.dtype.value, list(b.shape)] for b in executable.interface.inputs])
-    outputs = _scratch([[b.dtype.value, list(b.shape)] for b in executable.interface.outputs])
+    inputs, outputs = _scratch_io(executable)
     return _repeat(lambda: executable(*inputs, out=outputs), budget)
 
 

@@ -54,7 +54,6 @@ saves reading each line before it is written (`emit_streaming`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -81,6 +80,7 @@ from ember.loops.ir import (
     Unary,
     Var,
     operands,
+    row_major_strides,
     substitute,
     walk_expr,
     walk_stmts,
@@ -229,8 +229,7 @@ def distinct_lanes(index: Sequence[Expr], name: str, shape: Sequence[int] | None
     coefs = [coefficient(i, name) for i in index]
     if any(c is None for c in coefs):
         return False
-    strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
-    return sum(c * s for c, s in zip(coefs, strides)) != 0
+    return sum(c * s for c, s in zip(coefs, row_major_strides(shape))) != 0
 
 
 def load_stride(index: Sequence[Expr], name: str, shape: Sequence[int]) -> int:

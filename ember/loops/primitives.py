@@ -349,7 +349,7 @@ def unroll(kernel: Kernel, loop: str) -> Kernel:
 def parallel(kernel: Kernel, loop: str) -> Kernel:
     """Mark a loop whose iterations are independent (`schedule.independent`) `parallel`."""
     s = find_loop(kernel, loop)
-    why = independent(s, {b.name for b in kernel.locals})
+    why = independent(s, kernel)
     if why:
         raise ScheduleError(f"cannot parallelize %{loop}: {why}")
     return _set_kind(kernel, s, "parallel")

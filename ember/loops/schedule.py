@@ -11,12 +11,13 @@ parallelize only when that loop has at most MAX_FORKS iterations (a fork per ite
 then it vectorizes inner loops whose bodies have vector code (`vectorize_inner_loops`).
 
 Independence is checked conservatively: every store inside the loop writes a kernel
-parameter at an index that has the loop's variable, alone, as one of its components (so
-two iterations never write the same element); a parameter that the loop both stores to and
-reads is accessed everywhere with the loop's variable alone on one same axis (each
-iteration has its own slice: softmax's output holds its exps until the row's sum is
-known); and every local the body uses is written before it is read in each iteration
-(locals are private per thread; the verifier's rule).
+parameter at an index that has the loop's variable, alone, as one of its components, or
+as the flat position of merged dimensions ([i // C, i % C] is position i of the merged
+axis: `flatten_index`), so that two iterations never write the same element; a parameter
+that the loop both stores to and reads is accessed everywhere with the loop's variable
+alone on one same axis (each iteration has its own slice: softmax's output holds its
+exps until the row's sum is known); and every local the body uses is written before it
+is read in each iteration (locals are private per thread; the verifier's rule).
 """
 
 from __future__ import annotations
@@ -69,14 +70,29 @@ def _expressions(s: Stmt):
         yield from walk_expr(s.cond)
 
 
-def independent(loop: For, locals_: set[str]) -> str | None:
-    """None when `loop`'s iterations are independent; else why not."""
+def independent(loop: For, kernel: Kernel) -> str | None:
+    """None when `loop` (a loop of `kernel`) has independent iterations; else why not."""
+    from ember.codegen.vector import flatten_index  # (codegen imports the loop IR)
+
+    locals_ = {b.name for b in kernel.locals}
+    shapes = {b.name: b.shape for b in kernel.params}
+    own = Var(loop.var.name)
+    stores = [s for s in walk_stmts(loop.body) if isinstance(s, Store)
+              and s.buffer not in locals_]
     stored, loaded = set(), set()
+    for s in stores:
+        stored.add(s.buffer)
+        if own in s.index:
+            continue
+        # A task loop over fused (n, c) writes out[n // C, n % C, ...]: the flat position
+        # n * C + c is the loop variable (depthwise convs and max pools with batches).
+        # Every store to the buffer must then have it on the same flat axis.
+        flat = [flatten_index(t.index, shapes[s.buffer]) for t in stores
+                if t.buffer == s.buffer]
+        if not any(all(len(i) > axis and i[axis] == own for i in flat)
+                   for axis in range(len(flat[0]))):
+            return f"a store to %{s.buffer} does not index by %{loop.var.name}"
     for s in walk_stmts(loop.body):
-        if isinstance(s, Store) and s.buffer not in locals_:
-            stored.add(s.buffer)
-            if not any(isinstance(i, Var) and i.name == loop.var.name for i in s.index):
-                return f"a store to %{s.buffer} does not index by %{loop.var.name}"
         for e in _expressions(s):
             if isinstance(e, Load) and e.buffer not in locals_:
                 loaded.add(e.buffer)
@@ -87,7 +103,6 @@ def independent(loop: For, locals_: set[str]) -> str | None:
                     if isinstance(s, Store) and s.buffer == name]
         accesses += [e.index for s in walk_stmts(loop.body) for e in _expressions(s)
                      if isinstance(e, Load) and e.buffer == name]
-        own = Var(loop.var.name)
         if not any(all(len(i) > axis and i[axis] == own for i in accesses)
                    for axis in range(len(accesses[0]))):
             return f"%{name} is both read and written in the loop"
@@ -97,8 +112,7 @@ def independent(loop: For, locals_: set[str]) -> str | None:
 def parallelize(kernel: Kernel, loop: For) -> Kernel:
     """`kernel` with `loop` (one of its loops) marked parallel; raises VerificationError
     when its iterations may depend on each other."""
-    locals_ = {b.name for b in kernel.locals}
-    why = independent(loop, locals_)
+    why = independent(loop, kernel)
     if why is not None:
         raise VerificationError(f"kernel @{kernel.name}: cannot parallelize %{loop.var.name}:"
                                 f" {why}")

@@ -158,9 +158,13 @@ def test_depthwise_values_against_torch(x_shape, kernel, bias, strides, pads,
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_depthwise_nest_reads_a_padded_plane_in_vectors() -> None:
-    graph = conv_graph((1, 32, 28, 28), (32, 1, 3, 3), True, (1, 1), (1, 1, 1, 1), (1, 1), 32)
-    (kernel,) = schedule_program(lower_graph(graph)).kernels  # parallel by the default
+@pytest.mark.parametrize("batch", [1, 2])
+def test_depthwise_nest_reads_a_padded_plane_in_vectors(batch: int) -> None:
+    graph = conv_graph((batch, 32, 28, 28), (32, 1, 3, 3), True, (1, 1), (1, 1, 1, 1),
+                       (1, 1), 32)
+    (kernel,) = schedule_program(lower_graph(graph)).kernels
+    # The (image, channel) task loop is parallel by the default schedule, batches too.
+    assert isinstance(kernel.body[0], For) and kernel.body[0].kind == "parallel"
     loops = [s for s in walk_stmts(kernel.body) if isinstance(s, For)]
     assert {"parallel", "vectorized", "unrolled"} <= {loop.kind for loop in loops}
     plane = max(kernel.locals, key=lambda b: b.numel)

@@ -90,6 +90,39 @@ def test_stores_that_ignore_the_loop_variable_conflict() -> None:
         parallelize(kernel, kernel.body[0])
 
 
+FUSED_TASKS = """kernel @planes(%x: f32[2,64,16,16], %y: f32[2,64,16,16]) {
+  for %nc = 0 to 128 {
+    for %p = 0 to 256 {
+      %y[floordiv(%nc, 64), mod(%nc, 64), floordiv(%p, 16), mod(%p, 16)] =
+          mul(%x[floordiv(%nc, 64), mod(%nc, 64), floordiv(%p, 16), mod(%p, 16)], 2.0:f32)
+    }
+  }
+}
+"""
+
+
+def test_a_task_loop_over_merged_dimensions_parallelizes() -> None:
+    """A depthwise conv or pool over (image, channel) pairs writes y[nc // C, nc % C, ..]:
+    each iteration has its own plane (position nc of the merged first two axes)."""
+    scheduled = default_schedule(parse_kernel(FUSED_TASKS))
+    assert kinds(scheduled) == ["parallel", "serial"]
+
+
+def test_a_merged_store_beside_another_axis_conflicts() -> None:
+    # Iteration 0 writes y[0, 0, j] for every j through the first store; iteration 5
+    # writes y[0, 0, 5] through the second, which has %nc alone on another axis.
+    kernel = parse_kernel("""kernel @k(%x: f32[2,64,128], %y: f32[2,64,128]) {
+  for %nc = 0 to 128 {
+    for %j = 0 to 128 {
+      %y[floordiv(%nc, 64), mod(%nc, 64), %j] = %x[floordiv(%nc, 64), mod(%nc, 64), %j]
+    }
+    %y[0, 0, %nc] = 0.0:f32
+  }
+}""")
+    with pytest.raises(VerificationError, match="does not index by %nc"):
+        parallelize(kernel, kernel.body[0])
+
+
 def test_scheduled_models_compute_the_same(monkeypatch) -> None:
     b = ember.Builder("g")
     x = b.input("x", "f32", (256, 512))
