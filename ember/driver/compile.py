@@ -95,6 +95,10 @@ class CompiledModule:
         self.strict = strict
         self.cache: OrderedDict[tuple, Any] = OrderedDict()
         self.compilations = 0
+        # The runner of the latest call that passed tensors only, positionally: the next
+        # such call tries it first, and its own checks of the tensors stand in for the
+        # signature (which costs microseconds to build).
+        self._latest_plain: _ModuleRunner | None = None
 
     @staticmethod
     def signature(args: tuple, kwargs: dict) -> tuple:
@@ -116,7 +120,9 @@ class CompiledModule:
         self.compilations += 1
         self.cache[key] = runner
         while len(self.cache) > self.config.max_specializations:
-            self.cache.popitem(last=False)
+            _, evicted = self.cache.popitem(last=False)
+            if evicted is self._latest_plain:
+                self._latest_plain = None
         return runner
 
     def _build(self, args: tuple, kwargs: dict) -> Any:
@@ -146,7 +152,14 @@ class CompiledModule:
         return _ModuleRunner(runner, spec)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        latest = self._latest_plain
+        if latest is not None and not kwargs:
+            result = latest.run_plain(args)
+            if result is not None:
+                return result
         runner = self.specialize(args, kwargs)
+        if _plain_tensors(args, kwargs):
+            self._latest_plain = runner
         return runner(args, kwargs)
 
     def _fingerprint(self, args: tuple, kwargs: dict) -> str | None:
@@ -186,16 +199,31 @@ class _ModuleRunner:
     def __init__(self, graph_runner: Any, out_spec: Any):
         self.graph_runner = graph_runner
         self.out_spec = out_spec
+        self._single_output = out_spec.is_leaf()
+        # Compiled graphs have a fast path for tensors they take as they are.
+        self._run_plain = getattr(graph_runner, "run_plain", None)
 
     def __call__(self, args: tuple, kwargs: dict) -> Any:
         import torch
 
         if _plain_tensors(args, kwargs):  # no pytree walk
+            if (result := self.run_plain(args)) is not None:
+                return result
             leaves = list(args)
         else:
             leaves = [x for x in torch.utils._pytree.tree_leaves((args, kwargs))
                       if isinstance(x, torch.Tensor)]
-        outputs = self.graph_runner(*leaves)
-        if self.out_spec.is_leaf():
+        return self._structure(self.graph_runner(*leaves))
+
+    def run_plain(self, args: tuple) -> Any:
+        """The module's output for a call that passed tensors only, positionally, or None
+        when the graph cannot take them as they are (the caller takes the general path)."""
+        outputs = self._run_plain(args) if self._run_plain is not None else None
+        return None if outputs is None else self._structure(outputs)
+
+    def _structure(self, outputs: list) -> Any:
+        import torch
+
+        if self._single_output:
             return outputs[0]
         return torch.utils._pytree.tree_unflatten(list(outputs), self.out_spec)

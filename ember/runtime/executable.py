@@ -199,7 +199,7 @@ class Executable:
         if out is not None:  # an input that is also an output buffer: read a copy of it
             arrays = [a.copy() if any(np.may_share_memory(a, o) for o in outputs) else a
                       for a in arrays]
-        self._run([a.ctypes.data for a in arrays], [a.ctypes.data for a in outputs])
+        self.run_into([a.ctypes.data for a in arrays], [a.ctypes.data for a in outputs])
         return results
 
     def run_addresses(self, inputs: Sequence[int]) -> list[np.ndarray]:
@@ -207,10 +207,13 @@ class Executable:
         checked each input against `input_types`: dtype, shape, C order and alignment (and
         keeps it alive through the call); nothing here can check an address."""
         outputs = [OUTPUTS.array(shape, dtype) for shape, dtype in self._output_specs]
-        self._run(inputs, [a.ctypes.data for a in outputs])
+        self.run_into(inputs, [a.ctypes.data for a in outputs])
         return outputs
 
-    def _run(self, inputs: Sequence[int], outputs: Sequence[int]) -> None:
+    def run_into(self, inputs: Sequence[int], outputs: Sequence[int]) -> None:
+        """Runs on inputs and into outputs given by their data addresses, which the caller
+        has checked against `input_types` and `output_types` (dtype, shape, C order and
+        alignment) and keeps alive through the call."""
         with self._lock:
             self._in_ptrs[:len(inputs)] = inputs
             self._out_ptrs[:len(outputs)] = outputs

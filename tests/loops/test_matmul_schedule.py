@@ -368,3 +368,19 @@ def test_matrix_vector_takes_wide_tiles() -> None:
     kernel = kernel_of(matmul_graph((1, 96), (96, 200)))
     assert "vectorized 64" in schedule_summary(kernel)
     check_compiled((1, 96), (96, 200))
+
+
+def test_matrix_vector_columns_make_the_tasks(schedule) -> None:
+    """A vector times a 512 x 256 matrix has one tile of rows; its columns are split into
+    `parallel` tasks (each thread streams its own part of the matrix). Values stay right
+    when the columns do not split evenly."""
+    schedule(nr=64, parallel=4)
+    kernel = kernel_of(matmul_graph((1, 512), (512, 256)))
+    assert kernel.body[0].kind == "parallel" and kernel.body[0].stop == Const(4)
+    schedule(nr=64, parallel=2)
+    kernel = kernel_of(matmul_graph((1, 512), (512, 200)))
+    assert kernel.body[0].kind == "parallel" and kernel.body[0].stop == Const(2)
+    check_compiled((1, 512), (512, 200))
+    schedule(nr=64, parallel=4)
+    kernel = kernel_of(matmul_graph((1, 16), (16, 256)))  # 4K multiply-adds: one thread
+    assert not any(isinstance(s, For) and s.kind == "parallel" for s in kernel.walk())

@@ -259,3 +259,44 @@ def test_tensors_of_every_layout_give_the_eager_result() -> None:
         close(compiled(x[:, :].requires_grad_(False)), model(x))
     first, second = compiled(x), compiled(x)
     assert first.data_ptr() != second.data_ptr()
+
+
+def test_calls_that_alternate_between_shapes_run_their_own_code() -> None:
+    """A call tries the code of the latest call first and falls back to the cache of
+    specializations when the tensors do not fit it."""
+    model = torch.nn.Linear(8, 4).eval()
+    compiled = ember.compile(model, config=Config(executor="cpu"), strict=True)
+    with torch.no_grad():
+        for batch in (2, 5, 2, 5, 5, 2):
+            x = torch.randn(batch, 8)
+            close(compiled(x), model(x))
+        x = torch.randn(8, 2).T  # the shape of the latest code, but not contiguous
+        close(compiled(x), model(x))
+    assert compiled.compilations == 2
+
+
+def test_bf16_and_large_outputs_of_the_plain_call() -> None:
+    """Small outputs are new tensors of the output's dtype (bf16 included); large ones
+    come from the output pool, which takes their memory back once they are dropped."""
+    from ember.runtime.pool import OUTPUTS
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU()).eval()
+    x = torch.randn(4, 16, dtype=torch.bfloat16)
+    model = model.to(torch.bfloat16)
+    compiled = ember.compile(model, (x,), config=Config(executor="cpu"), strict=True)
+    with torch.no_grad():
+        out = compiled(x)
+        assert out.dtype == torch.bfloat16 and out.shape == (4, 16)
+        torch.testing.assert_close(out, model(x), rtol=2e-2, atol=2e-2)
+
+    big = torch.randn(256, 256)  # 256 KiB: above the pool's smallest block
+    compiled = ember.compile(torch.nn.ReLU(), (big,), config=Config(executor="cpu"),
+                             strict=True)
+    first = compiled(big)
+    close(first, torch.relu(big))
+    address = first.data_ptr()
+    reused = OUTPUTS.reused
+    del first
+    second = compiled(big)
+    close(second, torch.relu(big))
+    assert OUTPUTS.reused == reused + 1 and second.data_ptr() == address
