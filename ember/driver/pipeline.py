@@ -53,9 +53,10 @@ def lower_to_program(graph: Graph, config: Config, timings: dict | None = None):
     start = time.perf_counter()
     # Lowering decisions around the default pipeline: attention before `decompose` splits
     # its softmax, explicit conv padding after `canonicalize` absorbs pads into convs, and
-    # packed conv weights once the convs have no padding (dce drops the unpacked ones).
+    # packed conv weights once the convs have no padding, and packed matmul weights (dce
+    # drops the unpacked ones).
     passes = (["fuse_attention"] if config.fuse_attention else []) + DEFAULT_PIPELINE + \
-        ["pad_convs", "pack_convs"] + (["fuse"] if config.fusion else []) + ["dce"]
+        ["pad_convs", "pack_convs", "pack_matmuls"] + (["fuse"] if config.fusion else []) + ["dce"]
     optimized = PassManager(passes).run(clone_graph(graph))
     timings["graph passes"] = time.perf_counter() - start
     start = time.perf_counter()

@@ -95,6 +95,8 @@ class GraphRunner:
                 return None
             inputs.append(t.data_ptr())
         outputs = [new() for new in self._new_outputs]
+        if any(type(t) is not torch.Tensor for t in outputs):
+            return None  # a mode that makes tensors without memory (tracing: FakeTensor)
         self.run.run_into(inputs, [t.data_ptr() for t in outputs])
         return outputs
 

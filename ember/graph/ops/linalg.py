@@ -162,6 +162,44 @@ define("conv", arity=(2, 3), infer=_conv_infer, reference=_conv_reference,
        summary="N-d convolution (ONNX Conv): x [N,C,*S], w [M,C/groups,*K], bias [M]",
        family="linalg")
 
+# -- packed_matmul -----------------------------------------------------------------------
+
+
+def pack_matmul_weights(w: np.ndarray, lanes: int) -> np.ndarray:
+    """w [K, N] as panels of `lanes` columns, [ceil(N / lanes), K, lanes], zero past N."""
+    k, n = w.shape
+    panels = -(-n // lanes)
+    padded = np.zeros((k, panels * lanes), w.dtype)
+    padded[:, :n] = w
+    return np.ascontiguousarray(padded.reshape(k, panels, lanes).transpose(1, 0, 2))
+
+
+def unpack_matmul_weights(wp: np.ndarray, n: int) -> np.ndarray:
+    """The [K, N] matrix of panels `wp` (pack_matmul_weights)."""
+    panels, k, lanes = wp.shape
+    return wp.transpose(1, 0, 2).reshape(k, panels * lanes)[:, :n]
+
+
+def _packed_matmul_infer(types, attrs):
+    x, wp = types
+    same_dtype(types)
+    require_dtype(x, FLOAT_TYPES)
+    n = attrs["n"]
+    if x.rank < 2 or wp.rank != 3:
+        raise ShapeError(f"x must have rank >= 2 and the packed weights be [ceil(N/L), K, L],"
+                         f" got {x} and {wp}")
+    if wp.shape[1] != x.shape[-1] or not 0 < n <= wp.shape[0] * wp.shape[2] \
+            or n <= (wp.shape[0] - 1) * wp.shape[2]:
+        raise ShapeError(f"packed weights {wp} do not hold a [{x.shape[-1]}, {n}] matrix")
+    return TensorType(x.dtype, (*x.shape[:-1], n))
+
+
+define("packed_matmul", arity=2, infer=_packed_matmul_infer,
+       reference=lambda x, wp, *, n: np.matmul(x, unpack_matmul_weights(wp, n)),
+       attrs={"n": Attr("int")}, traits=("pure",),
+       summary="matmul by a constant matrix packed in panels of columns: x [..., M, K],"
+               " wp [ceil(N/L), K, L] -> [..., M, N]", family="linalg")
+
 # -- packed_conv -------------------------------------------------------------------------
 #
 # A 2-D conv with one group and no padding whose weights were packed at compile time

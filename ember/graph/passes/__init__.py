@@ -57,6 +57,7 @@ def _load() -> None:
         fold_affine,
         fuse,
         pack_convs,
+        pack_matmuls,
         pad_convs,
     )
 

@@ -58,6 +58,7 @@ it. Integer and f64 matmuls keep the plain nest.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable
@@ -146,6 +147,10 @@ class Gemm:
     # load per k instead of a gather.
     b_direct: Callable[[Expr], tuple[Expr, Callable[[dict[str, Expr], Var], Expr]]] | None = \
         None
+    # B already lies in panels of this many columns, zero past N, as `b` reads them
+    # (Wp[col // L, k, col % L], a packed_matmul's weights): a schedule whose tile is as
+    # wide reads them in place instead of copying them.
+    b_panels: int | None = None
 
 
 def _variables(e: Expr) -> set[str]:
@@ -277,7 +282,9 @@ class _Builder:
         self.pack_a = s.pack_a if s.pack_a is not None else not isinstance(g.a, Load)
         self.acc = ctx.local(F32, (self.mr, self.nr))
         # One tile of rows uses each element of B once: packing would only copy it.
-        self.bp = ctx.local(F32, (self.ncp, self.kc, self.nr)) if self.tiles > 1 else None
+        self.b_in_panels = g.b_panels == self.nr and isinstance(g.b, Load)
+        self.bp = ctx.local(F32, (self.ncp, self.kc, self.nr)) \
+            if self.tiles > 1 and not self.b_in_panels else None
         # A's rows are copied in chunks of a_lanes; a pitch of a multiple of 4 KiB would put
         # the same k of every row of a tile in one L1 set, so such pitches get one more.
         self.a_lanes = min(self.kc, A_LANES)
@@ -487,6 +494,8 @@ class _Builder:
                     a = self.a_term(batch, self.clamp_row(row + ii), k0 + k)
                 if self.bp is not None:
                     b = Load(self.bp.name, (jr, k, jj), F32)
+                elif self.b_in_panels:  # the tile's panel, zero past N
+                    b = Load(g.b.buffer, (col // self.nr, k0 + k, jj), F32)
                 else:  # B in place; past N (edge), its last column
                     b = self.b_term(batch, k0 + k, _min(col + jj, g.n - 1) if edge
                                     else col + jj)
@@ -495,8 +504,10 @@ class _Builder:
             return For(k, Const(0), depth, [self.tile_loops(step, self.mr, self.nr)])
 
         full = binary("le", col + self.nr, g.n)  # no column of the tile is past N
-        if self.bp is not None or isinstance(full, Const):
-            updates = [update(self.bp is None and not full.value)]
+        if self.bp is not None or self.b_in_panels:
+            updates = [update(False)]
+        elif isinstance(full, Const):
+            updates = [update(not full.value)]
         else:
             updates = [If(full, [update(False)], [update(True)])]
 
@@ -522,13 +533,17 @@ def apply_gemm(ctx, g: Gemm, schedule: GemmSchedule) -> list[Stmt]:
     return _Builder(ctx, g, schedule).build()
 
 
-def schedule_matmul(ctx, body: list[Stmt], schedule: GemmSchedule | None = None) -> list[Stmt]:
+def schedule_matmul(ctx, body: list[Stmt], schedule: GemmSchedule | None = None,
+                    b_panels: int | None = None) -> list[Stmt]:
     """`body` (a plain matmul nest) blocked by `schedule` (default: the tuned one when a tuned
     compile is lowering, ember/loops/tune; else `default_gemm_schedule`), or unchanged when
-    it is not an f32-accumulating matmul with work in it."""
+    it is not an f32-accumulating matmul with work in it. `b_panels`: B's panel width when
+    its operand is packed (`Gemm.b_panels`)."""
     g = match_gemm(body)
     if g is None or g.m * g.n * g.depth == 0 or any(e == 0 for _, e in g.batch):
         return body
+    if b_panels is not None:
+        g = dataclasses.replace(g, b_panels=b_panels)
     if g.a.dtype is not F32 or g.b.dtype is not F32:
         return body
     from ember.loops.tune.context import chosen_gemm_schedule

@@ -1,5 +1,5 @@
-"""matmul, conv, packed_conv and conv_transpose: type inference, errors, and semantics against
-PyTorch."""
+"""matmul, packed_matmul, conv, packed_conv and conv_transpose: type inference, errors,
+and semantics against NumPy and PyTorch."""
 
 import numpy as np
 import pytest
@@ -8,7 +8,12 @@ import torch.nn.functional as F
 
 from ember import Builder, DType, ShapeError, interpret, parse_graph, print_graph
 from ember.dtypes import from_numpy
-from ember.graph.ops.linalg import pack_conv_weights, unpack_conv_weights
+from ember.graph.ops.linalg import (
+    pack_conv_weights,
+    pack_matmul_weights,
+    unpack_conv_weights,
+    unpack_matmul_weights,
+)
 
 RNG = np.random.default_rng(0)
 
@@ -194,6 +199,32 @@ def test_packed_conv_matches_torch(lanes):
               dilations=(1, 2))
     expected = F.conv2d(T(x), T(w), T(bias), stride=(2, 1), dilation=(1, 2))
     np.testing.assert_allclose(out, expected.numpy(), rtol=1e-5, atol=1e-5)
+
+
+# -- packed_matmul -----------------------------------------------------------------------
+
+
+def test_packed_matmul_types_and_errors():
+    assert result_type("packed_matmul", (2, 3, 5), (3, 5, 16), n=40) == "f32[2,3,40]"
+    with pytest.raises(ShapeError, match=r"do not hold a \[5, 60\] matrix"):
+        build("packed_matmul", [(DType.f32, (3, 5)), (DType.f32, (3, 5, 16))], n=60)
+    with pytest.raises(ShapeError, match=r"do not hold a \[5, 30\] matrix"):
+        build("packed_matmul", [(DType.f32, (3, 5)), (DType.f32, (3, 5, 16))], n=30)
+    with pytest.raises(ShapeError, match="do not hold a"):
+        build("packed_matmul", [(DType.f32, (3, 4)), (DType.f32, (3, 5, 16))], n=40)
+    with pytest.raises(ShapeError, match="rank >= 2"):
+        build("packed_matmul", [(DType.f32, (5,)), (DType.f32, (3, 5, 16))], n=40)
+
+
+@pytest.mark.parametrize("lanes", [16, 32])
+def test_packed_matmul_matches_numpy(lanes):
+    x, w = randn(2, 3, 7), randn(7, 50)
+    packed = pack_matmul_weights(w, lanes)
+    assert packed.shape == (-(-50 // lanes), 7, lanes)
+    assert not packed[-1, :, 50 % lanes:].any()  # zero past N
+    np.testing.assert_array_equal(unpack_matmul_weights(packed, 50), w)
+    np.testing.assert_allclose(run("packed_matmul", x, packed, n=50), x @ w, rtol=1e-5,
+                               atol=1e-5)
 
 
 # -- conv_transpose --------------------------------------------------------------------

@@ -177,6 +177,30 @@ def plain_matmul(ctx: LowerContext) -> list[Stmt]:
     return ctx.nest(out.shape, element)
 
 
+@lowering("packed_matmul")
+def packed_matmul(ctx: LowerContext) -> list[Stmt]:
+    """x [..., M, K] times a matrix packed in panels of L columns (ember/graph/passes/
+    pack_matmuls.py): the plain nest reads B at column j as wp[j // L, k, j % L], and the
+    matmul schedule, told the panel width, reads a tile's panel in place when its tile is
+    L columns wide (it copies panels otherwise, as it does any B)."""
+    x, wp = ctx.inputs
+    lanes = wp.shape[2]
+    acc = accumulator(ctx)
+    zero = ctx.const(0, acc.dtype)
+
+    def element(index: list[Var]) -> list[Stmt]:
+        *rows, col = index
+
+        def term(k: list[Var]):
+            return Binary("mul", compute_load(ctx, 0, [*rows, k[0]]),
+                          compute_load(ctx, 1, [col // lanes, k[0], col % lanes])), None
+
+        return reduce_into(ctx, acc, lambda v: store_result(ctx, index, v), zero,
+                           [x.shape[-1]], term)
+
+    return schedule_matmul(ctx, ctx.nest(ctx.outputs[0].shape, element), b_panels=lanes)
+
+
 # -- conv ---------------------------------------------------------------------------------
 
 

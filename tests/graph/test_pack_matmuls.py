@@ -1,0 +1,106 @@
+"""The pack_matmuls pass (ember/graph/passes/pack_matmuls.py) and its kernel
+(`packed_matmul`, ember/loops/lower/ops/linalg.py, read in place by the matmul schedule):
+matmuls by a constant matrix get its panels packed at compile time; matrix-vector
+products, small or non-constant matrices and other dtypes keep `matmul`. Values: compiled
+against the interpreter on the graph before the pass, with N a multiple of the panel
+width and not, batches, fused epilogues, and a schedule whose tile is narrower than the
+panels (which copies them)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember
+from ember import Builder, interpret
+from ember.driver.pass_manager import run_passes
+from ember.graph.ops.linalg import unpack_matmul_weights
+from ember.graph.passes.fold import constant_value
+from ember.graph.passes.pack_matmuls import panel_width
+from ember.loops.lower import lower_graph
+from ember.loops.schedules import gemm
+from ember.loops.text import print_kernel
+
+RNG = np.random.default_rng(23)
+CPU = ember.Config(executor="cpu", disk_cache=False)
+
+
+def data(*shape) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def matmul_graph(x_shape, w, epilogue=False):
+    b = Builder("mm")
+    y = b.matmul(b.input("x", "f32", x_shape), b.constant(w, name="w"))
+    if epilogue:  # a bias and a ReLU: the fused epilogue of a linear layer
+        y = b.max(b.add(y, b.constant(data(w.shape[1]), name="bias")),
+                  b.constant(np.float32(0)))
+    b.output(y)
+    return b.build()
+
+
+def check_compiled(graph, x) -> None:
+    want = interpret(graph, [x])[0]
+    got = ember.compile(graph, config=CPU)(x)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("x_shape, n, epilogue", [
+    ((40, 256), 320, False),  # N a multiple of 16 and 32
+    ((3, 300), 250, True),  # N past the last panel's end; three rows
+    ((2, 24, 128), 520, True),  # a batch, folded into rows
+])
+def test_constant_matrices_are_packed_and_match_the_interpreter(x_shape, n,
+                                                                 epilogue) -> None:
+    w = data(x_shape[-1], n) / 10
+    graph = matmul_graph(x_shape, w, epilogue)
+    packed = run_passes(graph, ["pack_matmuls", "dce"])
+    (op,) = [op for op in packed.walk() if "matmul" in op.name]
+    assert op.name == "packed_matmul" and op.attrs["n"] == n
+    wp = constant_value(packed, op.operands[1])
+    assert wp.shape[2] == panel_width()
+    np.testing.assert_array_equal(unpack_matmul_weights(wp, n), w)
+    check_compiled(graph, data(*x_shape))
+
+
+def test_the_schedule_reads_the_panels_in_place() -> None:
+    """No copy of B: the kernel's only locals are the register tile and the accumulator,
+    and the micro-kernel loads a row of the tile's panel."""
+    graph = run_passes(matmul_graph((64, 256), data(256, 512)), ["pack_matmuls", "dce"])
+    kernel = lower_graph(graph).kernels[0]
+    lanes = panel_width()
+    assert [b.shape for b in kernel.locals if len(b.shape) == 3] == []
+    text = print_kernel(kernel)
+    assert "fma(%x0[" in text and f"0 to {lanes} vectorized" in text
+
+
+def test_a_narrower_tile_copies_the_panels(monkeypatch) -> None:
+    """A schedule whose tile is not the panel width (a tuned one, say) packs B from the
+    panels as it would from any B, and computes the same values."""
+    narrow = gemm.GemmSchedule(mr=4, nr=8)
+    monkeypatch.setattr(gemm, "default_gemm_schedule", lambda g: narrow)
+    graph = matmul_graph((20, 256), data(256, 300) / 10)
+    kernel = lower_graph(run_passes(graph, ["pack_matmuls", "dce"])).kernels[0]
+    assert any(len(b.shape) == 3 for b in kernel.locals)  # the copied panels
+    check_compiled(graph, data(20, 256))
+
+
+@pytest.mark.parametrize("x_shape, w_shape, dtype, why", [
+    ((1, 512), (512, 256), "f32", "a matrix-vector product reads B in place as it lies"),
+    ((2, 1, 512), (512, 256), "f32", "two rows: still a matrix-vector product"),
+    ((8, 64), (64, 64), "f32", "4096 elements: the copy costs little"),
+    ((8, 256), (256, 256), "f16", "only f32 is packed"),
+])
+def test_matmuls_that_keep_their_matrix(x_shape, w_shape, dtype, why) -> None:
+    b = Builder("mm")
+    w = RNG.standard_normal(w_shape).astype({"f32": np.float32, "f16": np.float16}[dtype])
+    b.output(b.matmul(b.input("x", dtype, x_shape), b.constant(w)))
+    graph = run_passes(b.build(), ["pack_matmuls", "dce"])
+    assert [op.name for op in graph.walk() if "matmul" in op.name] == ["matmul"], why
+
+
+def test_a_matrix_that_is_an_input_is_not_packed() -> None:
+    b = Builder("mm")
+    b.output(b.matmul(b.input("x", "f32", (8, 256)), b.input("w", "f32", (256, 256))))
+    graph = run_passes(b.build(), ["pack_matmuls", "dce"])
+    assert [op.name for op in graph.walk() if "matmul" in op.name] == ["matmul"]
