@@ -13,9 +13,10 @@ import pytest
 
 import ember
 from ember import Builder, interpret
+from ember.codegen.vector import access_kind
 from ember.driver.pass_manager import run_passes
 from ember.graph.ops.linalg import unpack_conv_weights
-from ember.loops.ir import For, walk_stmts
+from ember.loops.ir import For, Store, walk_stmts
 from ember.loops.lower import lower_graph
 
 RNG = np.random.default_rng(17)
@@ -97,12 +98,18 @@ def test_weights_given_at_call_time_are_not_packed() -> None:
     assert op_names(run_passes(b.build(), ["pad_convs", "pack_convs"])) == ["conv"]
 
 
-def test_packed_conv_nest_keeps_a_register_tile_and_scatters_once_per_tile() -> None:
+def test_packed_conv_nest_keeps_a_register_tile_and_turns_it_once_per_tile() -> None:
     graph = run_passes(conv_graph((1, 256, 7, 7), data(64, 256, 1, 1)), ["pack_convs", "dce"])
     (kernel,) = lower_graph(graph).kernels
     loops = list(walk_stmts(kernel.body))
     vectorized = [s for s in loops if isinstance(s, For) and s.kind == "vectorized"]
-    assert vectorized and all(int(s.stop.value) == 32 for s in vectorized)
+    # Channels in the lanes for the sum (32 a vector); positions in the lanes for the
+    # write-back (the tile's 7), whose store to the output is contiguous.
+    assert sorted({int(s.stop.value) for s in vectorized}) == [7, 32]
+    (store,) = [s for s in loops if isinstance(s, Store) and s.buffer == "y0"]
+    (lanes,) = [s for s in vectorized if store in list(walk_stmts(s.body))]
+    assert access_kind(store.index, lanes.var.name, kernel.buffer("y0").shape) == "contiguous"
+    assert [b.shape for b in kernel.locals] == [(7, 32), (7, 32)]  # accumulators, sums
     # One outer loop over tasks (2 panels of 32 channels x 7 tiles of 7 positions), run by
     # a team: 800K multiply-adds.
     task = kernel.body[0]
