@@ -55,3 +55,20 @@ def test_tuned_compile_stores_and_reuses_the_winner(monkeypatch, tmp_path, capsy
     ember.compile(b.build(), config=config)(x, w)
     assert TuningDatabase(tmp_path / "tuning.json").entries == entries
     assert "tuning" not in capsys.readouterr().err
+
+
+def test_a_packed_matrix_is_tuned_as_packed(monkeypatch, tmp_path) -> None:
+    """A matmul by a constant matrix (packed by pack_matmuls) has a key of its own, and its
+    candidates are measured on packed panels: the kernel it runs."""
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    config = ember.Config(executor="cpu", disk_cache=False, tune=True, tune_budget=0.5)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((48, 256)).astype(np.float32)
+    w = rng.standard_normal((256, 300)).astype(np.float32)
+    b = ember.Builder("tuned_packed")
+    b.output(b.matmul(b.input("x", "f32", x.shape), b.constant(w)))
+    run = ember.compile(b.build(), config=config)
+    np.testing.assert_allclose(run(x)[0], x @ w, rtol=1e-4, atol=1e-3)
+    entries = json.loads((tmp_path / "tuning.json").read_text())
+    (key, record), = entries.items()
+    assert key.startswith("gemm/-/48x300x256/f32/p") and record["seconds"] > 0

@@ -53,7 +53,10 @@ A is read in place, or copied per row block and pass into `%ap: f32[mc/mr, mr, k
 row contiguous) when its term is more than an f32 load: an f16 or bf16 operand is then
 widened once per block instead of once per use. B is read in place when all the rows fit
 one tile (a vector times a matrix): each element is used once, so packing would only copy
-it. Integer and f64 matmuls keep the plain nest.
+it; and when it comes packed already (`Gemm.b_panels`: a constant matrix that the
+pack_matmuls pass packed at compile time into panels of the tile's width, so that the
+micro-kernel reads %bp's layout from the operand itself). Integer and f64 matmuls keep the
+plain nest.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 tasks), each compiled as a matmul of the kernel's shapes and timed in a worker process.
 
 A key names what the winner depends on: the batch extents, M, N, K, the dtype, whether B
-has batch dims, the CPU and the thread count. The search measures the default first, then
+has batch dims or comes packed in panels (`Gemm.b_panels`), the CPU and the thread count. The search measures the default first, then
 candidates in random order until the budget is spent; a candidate that fails to build or
 crashes its worker is skipped (the worker is restarted).
 """
@@ -28,11 +28,12 @@ def _target() -> str:
     return f"{llvm.get_host_cpu_name()}/t{default_num_threads()}"
 
 
-def gemm_key(batch: tuple, m: int, n: int, depth: int, dtype: Any, b_batched: bool = False
-             ) -> str:
+def gemm_key(batch: tuple, m: int, n: int, depth: int, dtype: Any, b_batched: bool = False,
+             b_panels: int | None = None) -> str:
     extents = "x".join(str(e) for _, e in batch) or "-"
     name = getattr(dtype, "value", dtype)
-    return f"gemm/{extents}/{m}x{n}x{depth}/{name}/{'bb' if b_batched else 'b'}/{_target()}"
+    b = f"p{b_panels}" if b_panels else "bb" if b_batched else "b"
+    return f"gemm/{extents}/{m}x{n}x{depth}/{name}/{b}/{_target()}"
 
 
 def key_of(g: Any) -> str:
@@ -40,7 +41,7 @@ def key_of(g: Any) -> str:
     from ember.loops.schedules.gemm import _variables
 
     b_batched = bool(_variables(g.b) & {name for name, _ in g.batch})
-    return gemm_key(g.batch, g.m, g.n, g.depth, g.a.dtype, b_batched)
+    return gemm_key(g.batch, g.m, g.n, g.depth, g.a.dtype, b_batched, g.b_panels)
 
 
 def candidates(default: Any, lanes: int, seed: int = 0) -> list[Any]:
@@ -63,6 +64,11 @@ def _spec_graph(spec: dict):
     b = Builder("tune_gemm")
     batch = list(spec["batch"])
     x = b.input("a", spec["dtype"], (*batch, spec["m"], spec["k"]))
+    lanes = spec.get("b_panels")
+    if lanes:  # B packed in panels (a packed_matmul's weights)
+        wp = b.input("b", spec["dtype"], (-(-spec["n"] // lanes), spec["k"], lanes))
+        b.output(b.op("packed_matmul", [x, wp], {"n": spec["n"]}).result)
+        return b.build()
     w = b.input("b", spec["dtype"], ((*batch,) if spec["b_batched"] else ()) +
                 (spec["k"], spec["n"]))
     b.output(b.matmul(x, w))
@@ -153,7 +159,7 @@ def tune_gemm(g: Any, db: TuningDatabase, budget_seconds: float = 10.0,
     if known is not None:
         return known
     spec = {"batch": [e for _, e in g.batch], "m": g.m, "n": g.n, "k": g.depth,
-            "dtype": g.a.dtype.value, "b_batched": b_batched}
+            "dtype": g.a.dtype.value, "b_batched": b_batched, "b_panels": g.b_panels}
     lanes = 16 if "avx512f" in host_features() else 8
     options = candidates(default_gemm_schedule(g), lanes)[:max_candidates]
     label = f"matmul {'x'.join(map(str, spec['batch'])) + 'x' if spec['batch'] else ''}" \
