@@ -209,8 +209,10 @@ def test_panels_inside_a_row_load_row_segments() -> None:
 
 def test_pointwise_conv_panels_are_contiguous_loads() -> None:
     """A 1x1 conv at stride 1 reads x as a K x P matrix: its column blocks start inside
-    rows (224 columns of 56-wide rows here), and its packing loads are still contiguous
-    (a block's row plus the rows its lanes pass is one flat position): no gather."""
+    rows (224 columns of 56-wide rows here), and its loads of x are still contiguous (a
+    block's row plus the rows its lanes pass is one flat position): no gather. (Its 24
+    channels are 3 row tiles, which read x in place:
+    `test_short_pointwise_panels_are_read_in_place`.)"""
     from ember.codegen.vector import access_kind
 
     graph = conv_graph((1, 144, 56, 56), (24, 144, 1, 1), False, (1, 1), (0, 0, 0, 0), (1, 1))
@@ -227,6 +229,22 @@ def test_pointwise_conv_panels_are_contiguous_loads() -> None:
                 if s.buffer == "y0":
                     kinds.add(access_kind(s.index, loop.var.name, shapes["y0"]))
     assert kinds == {"contiguous"}
+
+
+@pytest.mark.parametrize("out_channels, copied", [(16, False), (64, False), (128, True)])
+def test_short_pointwise_panels_are_read_in_place(out_channels: int, copied: bool) -> None:
+    """A 1x1 conv at stride 1 whose panels are short (32 channels: K x 32 floats, 4 KiB)
+    reads them from x in place when few row tiles read each (MobileNetV2's 1x1 convs to
+    16-64 channels), and copies them for many (128 channels: 16 tiles of 8 or 22 of 6).
+    Values match torch, the partial last panel (400 positions) included."""
+    graph = conv_graph((1, 32, 20, 20), (out_channels, 32, 1, 1), True, (1, 1),
+                       (0, 0, 0, 0), (1, 1))
+    (kernel,) = schedule_program(lower_graph(graph)).kernels
+    assert any(len(b.shape) == 3 for b in kernel.locals) == copied  # the packed B block
+    x, w, bias = data(1, 32, 20, 20), data(out_channels, 32, 1, 1), data(out_channels)
+    got = ember.compile(graph, config=CPU)(x, w, bias)[0]
+    np.testing.assert_allclose(got, torch_conv(x, w, bias, (1, 1), (0, 0, 0, 0), (1, 1)),
+                               rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("width,stride", [(7, 1), (14, 1), (45, 1), (7, 2), (29, 2), (9, 3)])

@@ -2,9 +2,10 @@
 tasks), each compiled as a matmul of the kernel's shapes and timed in a worker process.
 
 A key names what the winner depends on: the batch extents, M, N, K, the dtype, whether B
-has batch dims or comes packed in panels (`Gemm.b_panels`), the CPU and the thread count. The search measures the default first, then
-candidates in random order until the budget is spent; a candidate that fails to build or
-crashes its worker is skipped (the worker is restarted).
+has batch dims or comes packed in panels (`Gemm.b_panels`), the CPU and the thread count.
+The search measures the default first, then candidates in random order until the budget is
+spent; a candidate that fails to build or crashes its worker is skipped (the worker is
+restarted).
 """
 
 from __future__ import annotations

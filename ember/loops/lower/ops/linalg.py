@@ -353,7 +353,8 @@ def conv_gemm(ctx: LowerContext) -> list[Stmt] | None:
     g = Gemm(((n.name, nb),), m.name, m_out, p.name, oh_n * ow_n, k.name,
              c_in * taps, a, b, acc.buffer, store,
              None if direct else b_segments if segments else b_panel,
-             b_direct if not direct and strides[1] == 1 and ow_n >= schedule.nr else None)
+             b_direct if not direct and strides[1] == 1 and ow_n >= schedule.nr else None,
+             b_rows_contiguous=direct)
     return apply_gemm(ctx, g, schedule)
 
 
