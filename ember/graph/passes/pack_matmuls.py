@@ -36,9 +36,9 @@ MIN_PACKED_ELEMENTS = 1 << 16  # K * N: below this, B's copy is a few microsecon
 
 def panel_width() -> int:
     """The columns of the matmul schedule's register tile on this host."""
-    from ember.loops.schedules.gemm import wide_vectors
+    from ember.loops.schedules.gemm import matrix_tile
 
-    return 32 if wide_vectors() else 16
+    return matrix_tile().nr
 
 
 @matmul_packing.on("matmul")
