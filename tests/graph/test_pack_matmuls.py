@@ -1,10 +1,11 @@
 """The pack_matmuls pass (ember/graph/passes/pack_matmuls.py) and its kernel
 (`packed_matmul`, ember/loops/lower/ops/linalg.py, read in place by the matmul schedule):
-matmuls by a constant matrix get its panels packed at compile time; matrix-vector
-products, small or non-constant matrices and other dtypes keep `matmul`. Values: compiled
+matmuls by a constant matrix get its panels packed at compile time, in the width of the
+tile the schedule gives them (64 columns for a matrix-vector product); small,
+narrow or non-constant matrices and other dtypes keep `matmul`. Values: compiled
 against the interpreter on the graph before the pass, with N a multiple of the panel
-width and not, batches, fused epilogues, and a schedule whose tile is narrower than the
-panels (which copies them)."""
+width and not, batches, one and two rows, fused epilogues, and a schedule whose tile is
+narrower than the panels (which copies them)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,9 @@ def check_compiled(graph, x) -> None:
     ((40, 256), 320, False),  # N a multiple of 16 and 32
     ((3, 300), 250, True),  # N past the last panel's end; three rows
     ((2, 24, 128), 520, True),  # a batch, folded into rows
+    ((1, 784), 512, True),  # a matrix-vector product: 64-column panels
+    ((2, 300), 330, False),  # two rows, N past the last panel's end
+    ((2, 1, 512), 256, False),  # two rows in a batch: the matrix tile's panels
 ])
 def test_constant_matrices_are_packed_and_match_the_interpreter(x_shape, n,
                                                                  epilogue) -> None:
@@ -58,17 +62,18 @@ def test_constant_matrices_are_packed_and_match_the_interpreter(x_shape, n,
     (op,) = [op for op in packed.walk() if "matmul" in op.name]
     assert op.name == "packed_matmul" and op.attrs["n"] == n
     wp = constant_value(packed, op.operands[1])
-    assert wp.shape[2] == panel_width()
+    assert wp.shape[2] == panel_width(x_shape, n)
     np.testing.assert_array_equal(unpack_matmul_weights(wp, n), w)
     check_compiled(graph, data(*x_shape))
 
 
-def test_the_schedule_reads_the_panels_in_place() -> None:
+@pytest.mark.parametrize("x_shape", [(64, 256), (1, 256), (2, 1, 256)])
+def test_the_schedule_reads_the_panels_in_place(x_shape) -> None:
     """No copy of B: the kernel's only locals are the register tile and the accumulator,
     and the micro-kernel loads a row of the tile's panel."""
-    graph = run_passes(matmul_graph((64, 256), data(256, 512)), ["pack_matmuls", "dce"])
+    graph = run_passes(matmul_graph(x_shape, data(256, 512)), ["pack_matmuls", "dce"])
     kernel = lower_graph(graph).kernels[0]
-    lanes = panel_width()
+    lanes = panel_width(x_shape, 512)
     assert [b.shape for b in kernel.locals if len(b.shape) == 3] == []
     text = print_kernel(kernel)
     assert "fma(%x0[" in text and f"0 to {lanes} vectorized" in text
@@ -86,8 +91,7 @@ def test_a_narrower_tile_copies_the_panels(monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("x_shape, w_shape, dtype, why", [
-    ((1, 512), (512, 256), "f32", "a matrix-vector product reads B in place as it lies"),
-    ((2, 1, 512), (512, 256), "f32", "two rows: still a matrix-vector product"),
+    ((4, 8192), (8192, 10), "f32", "narrower than a tile: one panel, as it lies"),
     ((8, 64), (64, 64), "f32", "4096 elements: the copy costs little"),
     ((8, 256), (256, 256), "f16", "only f32 is packed"),
 ])

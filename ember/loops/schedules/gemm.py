@@ -214,14 +214,20 @@ def default_gemm_schedule(g: Gemm) -> GemmSchedule:
     A matrix-vector product (one or two rows) takes 64 columns per tile: a 16-column tile
     has one accumulator per row, so each FMA would wait for the previous one (the MLP's
     784 x 512 layer: 0.104 -> 0.04 ms)."""
-    if g.m <= 2 and not g.batch and g.n >= 64:
+    return default_tile(g.m, bool(g.batch), g.n)
+
+
+def default_tile(rows: int, batched: bool, n: int) -> GemmSchedule:
+    """The default schedule of a matmul of `rows` rows (per batch) by `n` columns: also
+    the panel width of the matrices packed at compile time (pack_matmuls), so that the
+    micro-kernel reads them in place."""
+    if rows <= 2 and not batched and n >= 64:
         return GemmSchedule(nr=64)
     return matrix_tile()
 
 
 def matrix_tile() -> GemmSchedule:
-    """The default schedule of a matmul with more than two rows on this host: its tile's
-    width is also the panel width of matrices packed at compile time (pack_matmuls)."""
+    """The default schedule of a matmul with more than two rows on this host."""
     if wide_vectors():
         # 32 registers of 16 lanes: an 8 x 32 tile is 16 accumulators, enough to hide the
         # FMA latency, where 6 x 16 has 6 (BERT's 128 x 3072 x 768: 179 -> 198 GFLOP/s on
