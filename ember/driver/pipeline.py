@@ -54,8 +54,10 @@ def lower_to_program(graph: Graph, config: Config, timings: dict | None = None):
     # Lowering decisions around the default pipeline: attention before `decompose` splits
     # its softmax, explicit conv padding after `canonicalize` absorbs pads into convs, and
     # packed conv weights once the convs have no padding, and packed matmul weights (dce
-    # drops the unpacked ones).
+    # drops the unpacked ones). Winograd's convs come first: they pad their input to whole
+    # tiles themselves.
     passes = (["fuse_attention"] if config.fuse_attention else []) + DEFAULT_PIPELINE + \
+        (["winograd_convs"] if config.winograd else []) + \
         ["pad_convs", "pack_convs", "pack_matmuls"] + (["fuse"] if config.fusion else []) + ["dce"]
     optimized = PassManager(passes).run(clone_graph(graph))
     timings["graph passes"] = time.perf_counter() - start

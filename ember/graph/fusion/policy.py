@@ -7,9 +7,9 @@ Every graph op falls in one category:
 - **index map**: injective data movement whose value at an index is one load at a computed
   index: reshape, transpose, slice, iota;
 - **reduction**: reduce_sum, reduce_prod, reduce_max, reduce_min;
-- **contraction**: matmul, packed_matmul, conv, packed_conv, conv_transpose, max_pool, avg_pool: ops
-  with a fast schedule of their own, which take fused consumers (an epilogue) but never
-  producers;
+- **contraction**: matmul, packed_matmul, conv, packed_conv, conv_transpose, max_pool, avg_pool,
+  winograd_output: ops with a fast schedule of their own, which take fused consumers (an
+  epilogue) but never producers;
 - **opaque**: everything else; never fused.
 
 Elementwise and index-map ops are *inlined*: a fused kernel computes their value where it
@@ -41,7 +41,7 @@ from ember.graph.ops.registry import get_opdef
 INDEX_MAP = frozenset({"reshape", "transpose", "slice", "iota"})
 REDUCTION = frozenset({"reduce_sum", "reduce_prod", "reduce_max", "reduce_min"})
 CONTRACTION = frozenset({"matmul", "packed_matmul", "conv", "packed_conv", "conv_transpose",
-                         "max_pool", "avg_pool"})
+                         "max_pool", "avg_pool", "winograd_output"})
 # Elementwise ops worth tens of cycles each: inlining one where its value is broadcast
 # recomputes it for every element that reads it, so such producers stay unfused there.
 EXPENSIVE = frozenset({

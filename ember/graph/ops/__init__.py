@@ -12,6 +12,7 @@ from ember.graph.ops import (  # noqa: F401  (registration)
     sampling,
     shape,
     special,
+    winograd,
 )
 from ember.graph.ops.registry import Attr, OpDef, all_opdefs, define, get_opdef, has_op
 

@@ -59,6 +59,7 @@ def _load() -> None:
         pack_convs,
         pack_matmuls,
         pad_convs,
+        winograd_convs,
     )
 
 

@@ -1,5 +1,6 @@
-"""matmul, packed_matmul, conv, packed_conv and conv_transpose: type inference, errors,
-and semantics against NumPy and PyTorch."""
+"""matmul, packed_matmul, conv, packed_conv, conv_transpose and Winograd's transforms
+(winograd_input, winograd_output): type inference, errors, and semantics against NumPy
+and PyTorch."""
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from ember.graph.ops.linalg import (
     unpack_conv_weights,
     unpack_matmul_weights,
 )
+from ember.graph.ops.winograd import winograd_weights
 
 RNG = np.random.default_rng(0)
 
@@ -225,6 +227,36 @@ def test_packed_matmul_matches_numpy(lanes):
     np.testing.assert_array_equal(unpack_matmul_weights(packed, 50), w)
     np.testing.assert_allclose(run("packed_matmul", x, packed, n=50), x @ w, rtol=1e-5,
                                atol=1e-5)
+
+
+# -- winograd_input and winograd_output --------------------------------------------------
+
+
+def test_winograd_transform_types_and_errors():
+    assert result_type("winograd_input", (2, 3, 10, 8)) == "f32[16,3,24]"  # 4 x 3 tiles
+    with pytest.raises(ShapeError, match="even, at least"):
+        build("winograd_input", [(DType.f32, (1, 3, 9, 8))])
+    with pytest.raises(ShapeError, match="even, at least"):
+        build("winograd_input", [(DType.f32, (3, 10, 8))])
+    assert result_type("winograd_output", (16, 5, 24), size=[7, 6]) == "f32[2,5,7,6]"
+    with pytest.raises(ShapeError, match=r"m \[16, M, N \* 12\]"):
+        build("winograd_output", [(DType.f32, (16, 5, 20))], size=[7, 6])
+    with pytest.raises(ShapeError, match="size must be"):
+        build("winograd_output", [(DType.f32, (16, 5, 20))], size=[7])
+
+
+@pytest.mark.parametrize("size", [(6, 8), (7, 5), (1, 1)])
+def test_winograd_transforms_compute_a_3x3_conv(size):
+    """winograd_output(U @ winograd_input(x padded to whole tiles)) is the 3x3 conv of x
+    with padding 1, odd sizes (a last tile half outside the output) included."""
+    x, w = randn(2, 4, *size), randn(5, 4, 3, 3)
+    tiles = [-(-d // 2) for d in size]
+    padded = np.pad(x, ((0, 0), (0, 0), *[(1, 2 * t + 1 - d) for t, d in zip(tiles, size)]))
+    points = run("winograd_input", padded)
+    assert points.shape == (16, 4, 2 * tiles[0] * tiles[1])
+    y = run("winograd_output", winograd_weights(w) @ points, size=list(size))
+    want = F.conv2d(T(x), T(w), padding=1).numpy()
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
 
 
 # -- conv_transpose --------------------------------------------------------------------

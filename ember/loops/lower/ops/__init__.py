@@ -10,4 +10,5 @@ from ember.loops.lower.ops import (  # noqa: F401  (registration)
     reduce,
     sampling,
     special,
+    winograd,
 )

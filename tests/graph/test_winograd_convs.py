@@ -1,0 +1,133 @@
+"""The winograd_convs pass (ember/graph/passes/winograd_convs.py) and its kernels
+(ember/loops/lower/ops/winograd.py): 3x3 convs at stride 1 with a constant filter, enough
+channels and enough tiles become Winograd's F(2x2, 3x3); the others stay direct. Values:
+compiled against the interpreter on the graph before the pass, with even and odd output
+sizes, no padding and asymmetric padding, batches, bias and fused epilogues (ReLU, a
+residual add) at the output transform's four stores per tile."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember
+from ember import Builder, interpret
+from ember.driver.pass_manager import run_passes
+from ember.explain import explain
+from ember.graph.ops.winograd import winograd_weights
+from ember.graph.passes.fold import constant_value
+from ember.loops.ir import Binary, Cast, Const, For, If, Load, Store, Var, walk_stmts
+from ember.loops.lower import lower_graph
+from ember.loops.lower.fused import _reads
+
+RNG = np.random.default_rng(29)
+CPU = ember.Config(executor="cpu", disk_cache=False)
+
+
+def data(*shape) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def conv_graph(x_shape, w, bias=None, epilogue="", weights_as_input=False, dtype="f32",
+               **attrs):
+    b = Builder("conv")
+    x = b.input("x", dtype, x_shape)
+    filters = b.input("w", dtype, w.shape) if weights_as_input else b.constant(w, name="w")
+    args = [x, filters] + ([b.constant(bias, name="b")] if bias is not None else [])
+    y = b.conv(*args, **attrs)
+    if epilogue == "relu":
+        y = b.max(y, b.constant(np.float32(0)))
+    elif epilogue == "residual":
+        y = b.max(b.add(y, b.input("r", "f32", tuple(y.shape))), b.constant(np.float32(0)))
+    b.output(y)
+    return b.build()
+
+
+def op_names(graph) -> list[str]:
+    return [op.name for op in graph.walk() if op.name not in ("constant",)]
+
+
+@pytest.mark.parametrize("x_shape, m, attrs, epilogue", [
+    ((1, 64, 16, 16), 64, {"pads": (1, 1, 1, 1)}, "relu"),  # 64 tiles
+    ((2, 64, 13, 11), 72, {"pads": (1, 1, 1, 1)}, "residual"),  # odd: half-outside tiles
+    ((1, 96, 14, 14), 64, {}, ""),  # no padding: 12x12 out of 14x14
+    ((1, 64, 12, 15), 64, {"pads": (0, 1, 2, 0)}, "relu"),  # asymmetric padding
+])
+def test_convs_become_winograd_and_match_the_interpreter(x_shape, m, attrs,
+                                                         epilogue) -> None:
+    w, bias = data(m, x_shape[1], 3, 3) / 10, data(m)
+    graph = conv_graph(x_shape, w, bias, epilogue, **attrs)
+    rewritten = run_passes(graph, ["winograd_convs", "dce"])
+    names = op_names(rewritten)
+    assert "conv" not in names
+    assert {"winograd_input", "matmul", "winograd_output"} <= set(names)
+    (matmul,) = [op for op in rewritten.walk() if op.name == "matmul"]
+    np.testing.assert_allclose(constant_value(rewritten, matmul.operands[0]),
+                               winograd_weights(w))
+    args = [data(*x_shape)] + ([data(*graph.outputs[0].shape)] if epilogue == "residual"
+                               else [])
+    want = interpret(graph, args)[0]
+    compiled = ember.compile(graph, config=CPU)
+    np.testing.assert_allclose(compiled(*args)[0], want, rtol=1e-4, atol=1e-4)
+    # The epilogue runs at the output transform's stores: one kernel after the matmul.
+    kernels = [k.name for k in explain(compiled, measure=False).kernels]
+    assert sum("winograd_output" in k for k in kernels) == 1
+    if epilogue:
+        assert not any(k.endswith(("_max", "_add")) and "winograd" not in k
+                       for k in kernels), kernels
+
+
+@pytest.mark.parametrize("x_shape, w_shape, attrs, kwargs, why", [
+    ((1, 64, 16, 16), (64, 64, 3, 3), {"strides": (2, 2)}, {}, "stride 2"),
+    ((1, 64, 16, 16), (64, 64, 3, 3), {"dilations": (2, 2)}, {}, "dilated"),
+    ((1, 64, 16, 16), (64, 64, 1, 1), {}, {}, "a 1x1 conv"),
+    ((1, 16, 16, 16), (64, 16, 3, 3), {}, {}, "16 input channels: small products"),
+    ((1, 64, 16, 16), (16, 64, 3, 3), {}, {}, "16 output channels"),
+    ((1, 64, 9, 9), (64, 64, 3, 3), {"pads": (1, 1, 1, 1)}, {}, "25 tiles"),
+    ((1, 64, 16, 16), (64, 64, 3, 3), {}, {"weights_as_input": True}, "filter not constant"),
+    ((1, 128, 16, 16), (128, 1, 3, 3), {"groups": 128}, {}, "depthwise"),
+    ((1, 64, 16, 16), (64, 64, 3, 3), {}, {"dtype": "f16"}, "f16"),
+])
+def test_convs_that_stay_direct(x_shape, w_shape, attrs, kwargs, why) -> None:
+    dtype = np.float16 if kwargs.get("dtype") == "f16" else np.float32
+    graph = conv_graph(x_shape, data(*w_shape).astype(dtype), **attrs, **kwargs)
+    assert "conv" in op_names(run_passes(graph, ["winograd_convs", "dce"])), why
+
+
+def test_the_config_can_keep_convs_direct() -> None:
+    graph = conv_graph((1, 64, 16, 16), data(64, 64, 3, 3) / 10, pads=(1, 1, 1, 1))
+    x = data(1, 64, 16, 16)
+    for winograd in (True, False):
+        compiled = ember.compile(graph, config=ember.Config(executor="cpu", disk_cache=False,
+                                                            winograd=winograd))
+        kernels = [k.name for k in explain(compiled, measure=False).kernels]
+        assert any("winograd" in k for k in kernels) == winograd, kernels
+        np.testing.assert_allclose(compiled(x)[0], interpret(graph, [x])[0], rtol=1e-4,
+                                   atol=1e-4)
+
+
+def test_the_input_transform_writes_four_points_a_pass() -> None:
+    """Each pass over a channel's tiles stores 4 of the 16 points: all 16 at once were 16
+    streams in one L1 set (their distance a multiple of 4 KiB)."""
+    graph = run_passes(conv_graph((1, 64, 16, 16), data(64, 64, 3, 3), pads=(1, 1, 1, 1)),
+                       ["winograd_convs", "dce"])
+    (kernel,) = [k for k in lower_graph(graph).kernels if "winograd_input" in k.name]
+    vector_loops = [s for s in walk_stmts(kernel.body)
+                    if isinstance(s, For) and s.kind == "vectorized"]
+    assert len(vector_loops) == 4
+    for loop in vector_loops:
+        points = {s.index[0] for s in loop.body if isinstance(s, Store) and s.buffer == "y0"}
+        assert len(points) == 4
+
+
+def test_an_epilogue_needs_final_values() -> None:
+    """A fused root's lowering may store its result in several places (Winograd's four
+    outputs a tile), but one that reads it back (partial sums) gets no epilogue: `_reads`
+    finds the load, in values, conditions and loop bounds, that makes lower_rooted
+    refuse it."""
+    f32 = ember.DType.f32
+    read_back = Store("root", (), Binary("add", Load("root", (), f32), Const(1.0, f32)))
+    assert _reads([read_back], "root") and not _reads([read_back], "other")
+    bounded = For(Var("i"), Const(0), Cast(ember.DType.i64, Load("root", (), f32)), [])
+    assert _reads([If(Const(True), [bounded], [])], "root")
+    assert not _reads([Store("root", (), Const(0.0, f32))], "root")
