@@ -5,8 +5,10 @@ side by side in one run, with the machine's copy bandwidth measured in the same 
 
 Rows: relu(x * w + b) on 16M floats (the fused elementwise kernel: Ember both into a
 preallocated output, `out=`, and called the ordinary way), softmax 256x4096, layer-norm
-512x768, a 3x3 convolution 1x64x56x56 (64 filters) and linear 128x768x3072 + GELU (its
-weights constants to every peer, as in a deployed model; its bytes count x and y). Each
+512x768, a 3x3 convolution 1x64x56x56 (64 filters; its filter an input, then a constant
+to every peer, which Ember computes by Winograd's F(2x2, 3x3)) and linear 128x768x3072 +
+GELU (its weights constants to every peer, as in a deployed model; the bytes of rows with
+constant weights count x and y). Each
 row reports milliseconds, the GB/s of the minimal traffic (each input read once, the
 output written once) and, for Ember's `out=` call, the fraction of the copy bandwidth (a
 copy into a preallocated array of the same bytes); the convolution and the linear layer
@@ -101,20 +103,31 @@ def layer_norm_case(rows: int, cols: int):
             lambda x, g, b: torch.nn.functional.layer_norm(x, (cols,), g, b, 1e-5), model)
 
 
-def conv3x3_case(channels: int, size: int):
-    """A 3x3 convolution, padding 1, batch 1 (ResNet's most common shape at 64x56x56)."""
+def conv3x3_case(channels: int, size: int, constant: bool = False):
+    """A 3x3 convolution, padding 1, batch 1 (ResNet's most common shape at 64x56x56). With
+    `constant`, the filter is a constant to every peer (an ONNX initializer, closed over by
+    torch), as in a deployed model: Ember then computes it by Winograd's F(2x2, 3x3) and
+    ONNX Runtime packs it ahead of the calls; otherwise it is an input, and Ember's conv
+    is the direct implicit GEMM."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, channels, size, size)).astype(np.float32)
     w = (rng.standard_normal((channels, channels, 3, 3)) / 24).astype(np.float32)
     g = ember.Builder("conv3x3")
-    g.output(g.conv(g.input("x", "f32", x.shape), g.input("w", "f32", w.shape),
-                    pads=(1, 1, 1, 1)))
+    image = g.input("x", "f32", x.shape)
+    filters = g.constant(w) if constant else g.input("w", "f32", w.shape)
+    g.output(g.conv(image, filters, pads=(1, 1, 1, 1)))
     from onnx import helper
 
-    model = onnx_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
-                       [("x", x.shape), ("w", w.shape)], ("y", x.shape))
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
     flops = 2 * channels * channels * 9 * size * size
-    return (f"conv 3x3 {channels}x{size}x{size}", [x, w], g.build(),
+    name = f"conv 3x3 {channels}x{size}x{size}"
+    if constant:
+        model = onnx_model([node], [("x", x.shape)], ("y", x.shape), initializers=[("w", w)])
+        wt = torch.from_numpy(w)
+        return (f"{name}, constant filter", [x], g.build(),
+                lambda x: torch.nn.functional.conv2d(x, wt, padding=1), model, flops)
+    model = onnx_model([node], [("x", x.shape), ("w", w.shape)], ("y", x.shape))
+    return (name, [x, w], g.build(),
             lambda x, w: torch.nn.functional.conv2d(x, w, padding=1), model, flops)
 
 
@@ -199,7 +212,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     os.environ["EMBER_NUM_THREADS"] = str(args.threads)  # the run's, not an inherited one
     cases = [relu_affine_case(1 << 24), softmax_case(256, 4096), layer_norm_case(512, 768),
-             conv3x3_case(64, 56), linear_gelu_case(128, 768, 3072)]
+             conv3x3_case(64, 56), conv3x3_case(64, 56, constant=True),
+             linear_gelu_case(128, 768, 3072)]
     rows = []
     for case in cases:
         print(f"benchmarking {case[0]} ...", file=sys.stderr)

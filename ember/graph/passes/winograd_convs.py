@@ -9,11 +9,11 @@ winograd.py): 16 matrix products where the direct conv does 36 multiplies per 4 
 computed and not stored. The matmul is the ordinary batched matmul (16 of [M, C] x [C, T]
 for T tiles) and the bias (or any epilogue) fuses into `winograd_output`'s stores.
 Measured on one thread, ResNet-50's 3x3 convs with bias and ReLU, ms (direct -> Winograd,
-each kernel alone; the transforms take 0.1-0.5 of it):
+each kernel alone; the transforms take 0.1-0.3 of it):
 
-    64x56x56 2.24 -> 1.74;  128x28x28 2.18 -> 1.44;  256x14x14 2.36 -> 1.45
+    64x56x56 2.16 -> 1.45;  128x28x28 2.09 -> 1.34;  256x14x14 2.04 -> 1.38
 
-and ResNet-50 as a whole 80.5 -> 74.1 ms (1.07x on two threads).
+and ResNet-50 as a whole 78.7 -> 73.0 ms (40.5 -> 38.1 on two threads).
 
 Only convs with a constant filter are rewritten (the transform is done once, here), with
 at least MIN_CHANNELS input and output channels: with fewer, the 16 products are too small
@@ -28,7 +28,7 @@ from ember.dtypes import DType
 from ember.graph.builder import Builder
 from ember.graph.ir import Graph, Op, Value
 from ember.graph.ops.linalg import window_params
-from ember.graph.ops.winograd import output_tiles, winograd_weights
+from ember.graph.ops.winograd import output_tiles, winograd_pitch, winograd_weights
 from ember.graph.passes import graph_pass
 from ember.graph.passes.fold import constant_value
 from ember.graph.rewrite import PatternTable, apply_patterns
@@ -72,10 +72,12 @@ def winograd(op: Op, b: Builder) -> list[Value] | None:
     ends = [hi + e for hi, e in zip(ends, extra)]
     if any((*begins, *ends)):
         x = b.op("pad", [x], {"pads": [0, 0, *begins, 0, 0, *ends]}, loc=op.loc).result
-    points = b.op("winograd_input", [x], loc=op.loc).result
+    pitch = winograd_pitch(x.shape[0] * tiles[0] * tiles[1], tuple(weights.shape[:2]))
+    points = b.op("winograd_input", [x], {"pitch": pitch}, loc=op.loc).result
     filters = b.constant(winograd_weights(weights), name="winograd_weights")
     products = b.op("matmul", [filters, points], loc=op.loc).result
-    y = b.op("winograd_output", [products], {"size": size}, loc=op.loc).result
+    y = b.op("winograd_output", [products], {"size": size, "batch": x.shape[0]},
+             loc=op.loc).result
     if len(op.operands) > 2:
         bias = b.op("reshape", [op.operands[2]], {"shape": [op.result.shape[1], 1, 1]},
                     loc=op.loc).result

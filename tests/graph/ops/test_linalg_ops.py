@@ -15,7 +15,7 @@ from ember.graph.ops.linalg import (
     unpack_conv_weights,
     unpack_matmul_weights,
 )
-from ember.graph.ops.winograd import winograd_weights
+from ember.graph.ops.winograd import winograd_pitch, winograd_weights
 
 RNG = np.random.default_rng(0)
 
@@ -234,15 +234,20 @@ def test_packed_matmul_matches_numpy(lanes):
 
 def test_winograd_transform_types_and_errors():
     assert result_type("winograd_input", (2, 3, 10, 8)) == "f32[16,3,24]"  # 4 x 3 tiles
+    assert result_type("winograd_input", (2, 3, 10, 8), pitch=27) == "f32[16,3,27]"
+    with pytest.raises(ShapeError, match="pitch 20 is less than its 24 tiles"):
+        build("winograd_input", [(DType.f32, (2, 3, 10, 8))], pitch=20)
     with pytest.raises(ShapeError, match="even, at least"):
         build("winograd_input", [(DType.f32, (1, 3, 9, 8))])
     with pytest.raises(ShapeError, match="even, at least"):
         build("winograd_input", [(DType.f32, (3, 10, 8))])
-    assert result_type("winograd_output", (16, 5, 24), size=[7, 6]) == "f32[2,5,7,6]"
-    with pytest.raises(ShapeError, match=r"m \[16, M, N \* 12\]"):
-        build("winograd_output", [(DType.f32, (16, 5, 20))], size=[7, 6])
+    assert result_type("winograd_output", (16, 5, 24), size=[7, 6], batch=2) \
+        == "f32[2,5,7,6]"
+    assert result_type("winograd_output", (16, 5, 27), size=[7, 6]) == "f32[1,5,7,6]"
+    with pytest.raises(ShapeError, match=r"m \[16, M, 24 or more\] for 2 output"):
+        build("winograd_output", [(DType.f32, (16, 5, 20))], size=[7, 6], batch=2)
     with pytest.raises(ShapeError, match="size must be"):
-        build("winograd_output", [(DType.f32, (16, 5, 20))], size=[7])
+        build("winograd_output", [(DType.f32, (16, 5, 20))], size=[7], batch=1)
 
 
 @pytest.mark.parametrize("size", [(6, 8), (7, 5), (1, 1)])
@@ -252,11 +257,25 @@ def test_winograd_transforms_compute_a_3x3_conv(size):
     x, w = randn(2, 4, *size), randn(5, 4, 3, 3)
     tiles = [-(-d // 2) for d in size]
     padded = np.pad(x, ((0, 0), (0, 0), *[(1, 2 * t + 1 - d) for t, d in zip(tiles, size)]))
-    points = run("winograd_input", padded)
-    assert points.shape == (16, 4, 2 * tiles[0] * tiles[1])
-    y = run("winograd_output", winograd_weights(w) @ points, size=list(size))
+    count = 2 * tiles[0] * tiles[1]
     want = F.conv2d(T(x), T(w), padding=1).numpy()
-    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    for pitch in (0, count + 3):  # columns past the tiles: zero in, unread out
+        points = run("winograd_input", padded, pitch=pitch)
+        assert points.shape == (16, 4, pitch or count)
+        assert not points[:, :, count:].any()
+        y = run("winograd_output", winograd_weights(w) @ points, size=list(size), batch=2)
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("tiles, channels, pitch", [
+    (784, (64, 64), 785),  # 64 channels at 56x56: 784 * 64 floats is 49 * 4 KiB
+    (196, (128, 128), 197),  # 128 at 28x28: the 16 points fell in 2 sets
+    (49, (256, 256), 49),  # 4 sets already
+])
+def test_the_winograd_pitch_spreads_the_points_over_cache_sets(tiles, channels, pitch):
+    assert winograd_pitch(tiles, channels) == pitch
+    for c in channels:
+        assert len({(a * pitch * c * 4 // 64) % 64 for a in range(16)}) >= 4
 
 
 # -- conv_transpose --------------------------------------------------------------------

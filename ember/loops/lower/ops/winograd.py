@@ -3,7 +3,7 @@ the tiles of a row of tiles on vector lanes, up to 16 at a time, and keep a tile
 points in lane-private locals, so that each input element is loaded once and the
 additions run on vectors:
 
-    winograd_input:   for n, c (parallel), i < 4, th { for tw vectorized {
+    winograd_input:   for c (parallel), n, i < 4, th { for tw vectorized {
                         %r[j] = (B^T d)[i][j], from two rows of x's tile (stride-2 loads)
                         V[4 * i + j, c, (n * TH + th) * TW + tw] = (%r B)[j]
                       } }
@@ -94,7 +94,7 @@ def winograd_input(ctx: LowerContext) -> list[Stmt]:
     (x,), (out,) = ctx.inputs, ctx.outputs
     nb, channels, h, w = x.shape
     th_n, tw_n = (h - 2) // 2, (w - 2) // 2
-    n, c = ctx.var("n"), ctx.var("c")
+    n, c, a, col = ctx.var("n"), ctx.var("c"), ctx.var("a"), ctx.var("col")
 
     def row_pass(i: int) -> For:
         first, second, sign = INPUT_ROWS[i]
@@ -114,8 +114,12 @@ def winograd_input(ctx: LowerContext) -> list[Stmt]:
 
         return For(th, Const(0), Const(th_n), _tile_rows(ctx, tw_n, tile))
 
-    return [For(n, Const(0), Const(nb), [For(c, Const(0), Const(channels),
-                                            [row_pass(i) for i in range(4)])])]
+    # Columns past the tiles (the pitch) are zero: the matmul reads them.
+    pitch = out.shape[2]
+    past = [For(a, Const(0), Const(16), [For(col, Const(nb * th_n * tw_n), Const(pitch), [
+        Store(out.name, (a, c, col), Const(0.0, F32))])])] if pitch > nb * th_n * tw_n else []
+    return [For(c, Const(0), Const(channels),
+                [For(n, Const(0), Const(nb), [row_pass(i) for i in range(4)]), *past])]
 
 
 @lowering("winograd_output")
