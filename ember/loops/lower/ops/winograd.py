@@ -101,8 +101,8 @@ def winograd_input(ctx: LowerContext) -> list[Stmt]:
         th = ctx.var("th")
 
         def tile(tw: Expr) -> list[Stmt]:
-            def d(row: int, col: int) -> Expr:
-                return ctx.load(0, [n, c, th * 2 + row, tw * 2 + col])
+            def d(row: int, column: int) -> Expr:
+                return ctx.load(0, [n, c, th * 2 + row, tw * 2 + column])
 
             combine = _add if sign > 0 else _sub
             load_r, r = _lane_values(ctx, [combine(d(first, j), d(second, j))
@@ -124,6 +124,9 @@ def winograd_input(ctx: LowerContext) -> list[Stmt]:
 
 @lowering("winograd_output")
 def winograd_output(ctx: LowerContext) -> list[Stmt]:
+    """Per tile, its 16 points (of the products' first N * TH * TW columns; the rest of the
+    pitch is not read) into lane-private locals, `p A` into 8 more, then `A^T` down the
+    two columns and one store per output element, each with the fused epilogue."""
     _f32_only(ctx)
     out = ctx.outputs[0]
     nb, channels, oh_n, ow_n = out.shape
