@@ -38,8 +38,9 @@ winograd_rewrites = PatternTable()
 MIN_CHANNELS = 32
 # Tiles per image: with fewer, each element of the transformed filter (16/9 the size of
 # the filter, read from memory at every call) serves too few products. ResNet-50's 512
-# channels at 7x7 (16 tiles) measured 2.2 -> 2.05 ms in the model, where its other convs
-# slowed by more, their data evicted by 34 MB of transformed filters.
+# channels at 7x7 (16 tiles) measured 2.2 -> 2.05 ms each in the model, but the model as
+# a whole ran 1% slower with them (74.7 -> 75.5 ms on one thread, 39.2 -> 39.5 on two;
+# medians of compiles timed in turn), its other kernels slowed by 34 MB more of filters.
 MIN_TILES = 32
 
 
