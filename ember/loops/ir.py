@@ -315,6 +315,23 @@ def walk_expr(e: Expr) -> Iterator[Expr]:
         yield from walk_expr(x)
 
 
+def stmt_exprs(s: Stmt) -> list[Expr]:
+    """The expressions a statement evaluates itself (not those of its body): a loop's
+    bounds, a store's index and value, an if's condition."""
+    if isinstance(s, For):
+        return [s.start, s.stop]
+    if isinstance(s, Store):
+        return [*s.index, s.value]
+    return [s.cond] if isinstance(s, If) else []
+
+
+def loads_in(stmts: Sequence[Stmt]) -> Iterator[Load]:
+    """Every load that `stmts` evaluate, in their bodies too."""
+    for s in walk_stmts(stmts):
+        for e in stmt_exprs(s):
+            yield from (x for x in walk_expr(e) if isinstance(x, Load))
+
+
 # -- programs: kernels called in order on planned buffers -------------------------------------
 
 BUFFER_KINDS = ("input", "output", "constant", "temp")

@@ -37,8 +37,10 @@ from ember.loops.ir import (
     Store,
     Var,
     binary,
+    loads_in,
     map_expr,
     operands,
+    stmt_exprs,
     walk_expr,
     walk_stmts,
 )
@@ -122,21 +124,6 @@ def _substitute(stmts: list[Stmt], values: dict[str, Expr]) -> list[Stmt]:
             return binary(x.op, x.a, x.b)
         return None
     return _map_exprs(stmts, lambda e: map_expr(e, node))
-
-
-def _exprs(s: Stmt) -> list[Expr]:
-    """The expressions a statement evaluates itself (not those of its body)."""
-    if isinstance(s, For):
-        return [s.start, s.stop]
-    if isinstance(s, Store):
-        return [*s.index, s.value]
-    return [s.cond] if isinstance(s, If) else []
-
-
-def _loads(stmts: list[Stmt]) -> Iterator[Load]:
-    for s in walk_stmts(stmts):
-        for e in _exprs(s):
-            yield from (x for x in walk_expr(e) if isinstance(x, Load))
 
 
 def _stored(stmts: list[Stmt]) -> set[str]:
@@ -228,16 +215,16 @@ def _interchange_conflict(a: For, b: For, locals_: set[str]) -> str | None:
     scratch: set[str] = set()
     seen: set[str] = set()
     for s in b.body:
-        mentioned = {x.buffer for x in _loads([s])} | _stored([s])
+        mentioned = {x.buffer for x in loads_in([s])} | _stored([s])
         if isinstance(s, Store) and s.buffer in locals_ and s.buffer not in seen and \
-                s.buffer not in {x.buffer for x in _loads([s])}:
+                s.buffer not in {x.buffer for x in loads_in([s])}:
             scratch.add(s.buffer)
         seen |= mentioned
     indices: dict[str, set[tuple[Expr, ...]]] = {}
     for s in walk_stmts(b.body):
         if isinstance(s, Store):
             indices.setdefault(s.buffer, set()).add(s.index)
-    for load in _loads(b.body):
+    for load in loads_in(b.body):
         indices.setdefault(load.buffer, set()).add(load.index)
 
     def determines(index: tuple[Expr, ...], var: str) -> bool:
@@ -386,7 +373,7 @@ def _reads_in(stmts: list[Stmt], buffer: str, loops: tuple[For, ...],
               guarded: bool) -> Iterator[tuple[Load, tuple[For, ...], bool]]:
     """Each load of `buffer` in `stmts`, with the loops around it and whether it may not run."""
     for s in stmts:
-        for e in _exprs(s):
+        for e in stmt_exprs(s):
             for load, skipped in _guarded_loads(e, buffer, guarded):
                 yield load, loops, skipped
         if isinstance(s, For):
@@ -507,9 +494,9 @@ def compute_at(kernel: Kernel, producer: str, consumer: str) -> Kernel:
     if not produced or not produced <= local_names:
         raise ScheduleError(f"{where}: the producer must write locals only (it writes"
                             f" {', '.join('%' + b for b in sorted(produced)) or 'nothing'})")
-    inputs = {x.buffer for x in _loads([p])}
+    inputs = {x.buffer for x in loads_in([p])}
     between = block[_position(block, p) + 1:_position(block, c)]
-    touched = _stored(between) | {x.buffer for x in _loads(between)}
+    touched = _stored(between) | {x.buffer for x in loads_in(between)}
     if touched & produced:
         raise ScheduleError(f"{where}: %{sorted(touched & produced)[0]} is used between them")
     clobbered = (_stored(between) | _stored(c.body)) & inputs
@@ -522,7 +509,7 @@ def compute_at(kernel: Kernel, producer: str, consumer: str) -> Kernel:
     own = (Var(producer), Var(consumer))
     for name in sorted(produced):  # locals the consumer does not read are the producer's own
         stores = [s.index for s in walk_stmts(p.body) if isinstance(s, Store) and s.buffer == name]
-        loads = [x.index for x in _loads(c.body) if x.buffer == name]
+        loads = [x.index for x in loads_in(c.body) if x.buffer == name]
         axes = [axis for axis in range(len(stores[0]))
                 if all(i[axis] == own[0] for i in stores) and all(i[axis] == own[1] for i in loads)]
         if loads and not axes:

@@ -37,6 +37,7 @@ from ember.loops.ir import (
     Stmt,
     Store,
     Var,
+    stmt_exprs,
     walk_expr,
     walk_stmts,
 )
@@ -60,14 +61,8 @@ def work(stmts: list[Stmt]) -> int:
 
 
 def _expressions(s: Stmt):
-    if isinstance(s, Store):
-        for e in (*s.index, s.value):
-            yield from walk_expr(e)
-    elif isinstance(s, For):
-        yield from walk_expr(s.start)
-        yield from walk_expr(s.stop)
-    elif isinstance(s, If):
-        yield from walk_expr(s.cond)
+    for e in stmt_exprs(s):
+        yield from walk_expr(e)
 
 
 def independent(loop: For, kernel: Kernel) -> str | None:

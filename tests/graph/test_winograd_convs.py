@@ -16,9 +16,20 @@ from ember.driver.pass_manager import run_passes
 from ember.explain import explain
 from ember.graph.ops.winograd import winograd_weights
 from ember.graph.passes.fold import constant_value
-from ember.loops.ir import Binary, Cast, Const, For, If, Load, Store, Var, walk_stmts
+from ember.graph.passes.winograd_convs import winograd_pitch
+from ember.loops.ir import (
+    Binary,
+    Cast,
+    Const,
+    For,
+    If,
+    Load,
+    Store,
+    Var,
+    loads_in,
+    walk_stmts,
+)
 from ember.loops.lower import lower_graph
-from ember.loops.lower.fused import _reads
 
 RNG = np.random.default_rng(29)
 CPU = ember.Config(executor="cpu", disk_cache=False)
@@ -106,6 +117,17 @@ def test_the_config_can_keep_convs_direct() -> None:
                                    atol=1e-4)
 
 
+@pytest.mark.parametrize("tiles, channels, pitch", [
+    (784, (64, 64), 785),  # 64 channels at 56x56: 784 * 64 floats is 49 * 4 KiB
+    (196, (128, 128), 197),  # 128 at 28x28: the 16 points fell in 2 sets
+    (49, (256, 256), 49),  # 4 sets already
+])
+def test_the_winograd_pitch_spreads_the_points_over_cache_sets(tiles, channels, pitch):
+    assert winograd_pitch(tiles, channels) == pitch
+    for c in channels:
+        assert len({(a * pitch * c * 4 // 64) % 64 for a in range(16)}) >= 4
+
+
 def test_the_input_transform_writes_four_points_a_pass() -> None:
     """Each pass over a channel's tiles stores 4 of the 16 points: all 16 at once were 16
     streams in one L1 set (their distance a multiple of 4 KiB)."""
@@ -122,12 +144,16 @@ def test_the_input_transform_writes_four_points_a_pass() -> None:
 
 def test_an_epilogue_needs_final_values() -> None:
     """A fused root's lowering may store its result in several places (Winograd's four
-    outputs a tile), but one that reads it back (partial sums) gets no epilogue: `_reads`
-    finds the load, in values, conditions and loop bounds, that makes lower_rooted
-    refuse it."""
+    outputs a tile), but one that reads it back (partial sums) gets no epilogue:
+    lower_rooted refuses a body where `loads_in` finds a load of the root, in values,
+    conditions or loop bounds."""
     f32 = ember.DType.f32
+
+    def reads_root(stmts) -> bool:
+        return any(load.buffer == "root" for load in loads_in(stmts))
+
     read_back = Store("root", (), Binary("add", Load("root", (), f32), Const(1.0, f32)))
-    assert _reads([read_back], "root") and not _reads([read_back], "other")
+    assert reads_root([read_back])
     bounded = For(Var("i"), Const(0), Cast(ember.DType.i64, Load("root", (), f32)), [])
-    assert _reads([If(Const(True), [bounded], [])], "root")
-    assert not _reads([Store("root", (), Const(0.0, f32))], "root")
+    assert reads_root([If(Const(True), [bounded], [])])
+    assert not reads_root([Store("root", (), Load("other", (), f32))])

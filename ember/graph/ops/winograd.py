@@ -19,9 +19,9 @@ by rounding of the same order (ResNet-50's output: by 2.7e-6 of its largest magn
 
 Point a = 4 * i + j is row i, column j of the 4x4 transform; tile t = (n * TH + th) *
 TW + tw. P, the pitch, is N * TH * TW or more: V's columns past the tiles are zero, and
-winograd_output ignores m's (`winograd_pitch` picks one that keeps the 16 points of a
-tile out of each other's cache sets). ember/graph/passes/winograd_convs.py makes these
-ops from convs.
+winograd_output ignores m's (ember/graph/passes/winograd_convs.py, which makes these ops
+from convs, picks a pitch that keeps the 16 points of a tile out of each other's cache
+sets).
 """
 
 from __future__ import annotations
@@ -46,22 +46,6 @@ def winograd_weights(w: np.ndarray) -> np.ndarray:
     """3x3 filters w [M, C, 3, 3] transformed, U[a] = (G w G^T) at point a: [16, M, C]."""
     u = np.einsum("ik,mckl,jl->ijmc", FILTER, w.astype(np.float64), FILTER)
     return np.ascontiguousarray(u.reshape(POINTS, *w.shape[:2]).astype(w.dtype))
-
-
-def winograd_pitch(tiles: int, channels: tuple[int, ...]) -> int:
-    """The columns to give V and the products for `tiles` tiles: the tiles, or a few more,
-    so that the 16 points of a tile, `channels * pitch` floats apart in V (input channels)
-    and in the products (output channels), fall in at least 4 of an L1 cache's 64 sets
-    (of 64 bytes). At a distance that is a multiple of 4 KiB all 16 fell in one set of 8
-    ways: 64 channels at 56x56 (784 tiles) took 0.27 ms in the output transform, 0.09 at
-    a pitch of 785."""
-    def sets(pitch: int, c: int) -> int:
-        return len({(a * pitch * c * 4 // 64) % 64 for a in range(POINTS)})
-
-    pitch = tiles
-    while min(sets(pitch, c) for c in channels) < 4 and pitch < tiles + 16:
-        pitch += 1
-    return pitch
 
 
 def _input_infer(types, attrs):

@@ -41,10 +41,10 @@ from ember.loops.ir import (
     Unary,
     Var,
     const,
+    loads_in,
     map_expr,
     substitute,
     walk_expr,
-    walk_stmts,
 )
 from ember.loops.lower.core import LowerContext, find_lowering
 from ember.loops.lower.ops.reduce import COMBINE, identity, narrow, widen
@@ -187,13 +187,12 @@ class FusedKernel:
         # Each store of the result gets the epilogue at its index: right when every store
         # is of a final value (several are for parts of the output: Winograd's four
         # outputs of a tile), not when the result is read back (partial sums).
-        reads_back = _reads(body, "root")
+        if any(load.buffer == "root" for load in loads_in(body)):
+            raise UnsupportedOpError(f"{root.where()}: its lowering reads its result back;"
+                                     " an epilogue needs final values")
         body = rewrite(body)
-        if stores == 0 or reads_back:
-            raise UnsupportedOpError(f"{root.where()}: its lowering stores its result in"
-                                     f" {stores} places and reads it back"
-                                     if reads_back else f"{root.where()}: its lowering"
-                                     " stores no result")
+        if stores == 0:
+            raise UnsupportedOpError(f"{root.where()}: its lowering stores no result")
         return body
 
     def lower_row(self) -> list[Stmt]:
@@ -313,13 +312,3 @@ def lower_fused(op: Op, graph: Graph) -> tuple[list[Stmt], list[Buffer], list[Bu
     body = kernel.lower()
     return body, kernel.ctx.inputs, kernel.ctx.outputs, kernel.ctx.locals
 
-
-def _reads(stmts: list[Stmt], buffer: str) -> bool:
-    """Whether `stmts` load from `buffer` anywhere (values, indices, conditions, bounds)."""
-    for s in walk_stmts(stmts):
-        parts = (*s.index, s.value) if isinstance(s, Store) else (s.cond,) \
-            if isinstance(s, If) else (s.start, s.stop) if isinstance(s, For) else ()
-        if any(isinstance(e, Load) and e.buffer == buffer for part in parts
-               for e in walk_expr(part)):
-            return True
-    return False

@@ -221,9 +221,15 @@ def default_tile(rows: int, batched: bool, n: int) -> GemmSchedule:
     """The default schedule of a matmul of `rows` rows (per batch) by `n` columns: also
     the panel width of the matrices packed at compile time (pack_matmuls), so that the
     micro-kernel reads them in place."""
-    if rows <= 2 and not batched and n >= 64:
+    if matrix_vector(rows, batched) and n >= 64:
         return GemmSchedule(nr=64)
     return matrix_tile()
+
+
+def matrix_vector(rows: int, batched: bool) -> bool:
+    """Whether a matmul of `rows` rows (per batch) is a matrix-vector product: one row tile
+    that reads each element of B once."""
+    return rows <= 2 and not batched
 
 
 def matrix_tile() -> GemmSchedule:
@@ -270,7 +276,7 @@ class _Builder:
         widest = max(self.nr, PACKED_B_BYTES // (4 * self.kc) // self.nr * self.nr)
         self.njc = _ceil(g.n, min(s.nc, widest))
         self.work = self.nbatch * g.m * g.n * g.depth
-        matvec = g.m <= 2 and not g.batch
+        matvec = matrix_vector(g.m, bool(g.batch))
         self.threaded = self.work >= (MIN_PARALLEL_MATVEC_FMAS if matvec else MIN_PARALLEL_FMAS)
         if matvec and self.threaded:
             # A matrix-vector product has one tile of rows: its columns make the tasks. Each

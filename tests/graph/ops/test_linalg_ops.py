@@ -15,7 +15,7 @@ from ember.graph.ops.linalg import (
     unpack_conv_weights,
     unpack_matmul_weights,
 )
-from ember.graph.ops.winograd import winograd_pitch, winograd_weights
+from ember.graph.ops.winograd import winograd_weights
 
 RNG = np.random.default_rng(0)
 
@@ -265,17 +265,6 @@ def test_winograd_transforms_compute_a_3x3_conv(size):
         assert not points[:, :, count:].any()
         y = run("winograd_output", winograd_weights(w) @ points, size=list(size), batch=2)
         np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize("tiles, channels, pitch", [
-    (784, (64, 64), 785),  # 64 channels at 56x56: 784 * 64 floats is 49 * 4 KiB
-    (196, (128, 128), 197),  # 128 at 28x28: the 16 points fell in 2 sets
-    (49, (256, 256), 49),  # 4 sets already
-])
-def test_the_winograd_pitch_spreads_the_points_over_cache_sets(tiles, channels, pitch):
-    assert winograd_pitch(tiles, channels) == pitch
-    for c in channels:
-        assert len({(a * pitch * c * 4 // 64) % 64 for a in range(16)}) >= 4
 
 
 # -- conv_transpose --------------------------------------------------------------------

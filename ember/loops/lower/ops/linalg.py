@@ -62,6 +62,20 @@ def vector_loop(ctx: LowerContext, count: Expr | int,
                "vectorized")
 
 
+def lane_chunks(ctx: LowerContext, total: int, lanes: int,
+                body: Callable[[Expr], list[Stmt]]) -> list[Stmt]:
+    """body(i) for i = 0 .. total - 1, in vectorized loops of up to `lanes` (the last one
+    shorter when `lanes` does not divide `total`)."""
+    if total <= 0:
+        return []
+    width = min(lanes, total)
+    q = ctx.var("q")
+    count = binary("min", Const(width), binary("sub", total, q * width)) \
+        if total % width else Const(width)
+    return [For(q, Const(0), Const(-(-total // width)),
+                [vector_loop(ctx, count, lambda jj: body(q * width + jj))])]
+
+
 def largest_divisor(n: int, most: int) -> int:
     """The largest divisor of `n` that is at most `most` (at least 1)."""
     return max(d for d in range(1, max(1, most) + 1) if n % d == 0)
@@ -436,12 +450,7 @@ def depthwise_conv(ctx: LowerContext) -> list[Stmt] | None:
     chain = r * across + u
 
     def chunks(total: int, body: Callable[[Expr], list[Stmt]]) -> list[Stmt]:
-        """body(position) for positions 0 .. total - 1, in vectors of `lanes`."""
-        q = ctx.var("q")
-        count = binary("min", Const(lanes), binary("sub", total, q * lanes)) \
-            if total % lanes else Const(lanes)
-        loop = vector_loop(ctx, count, lambda jj: body(q * lanes + jj))
-        return [For(q, Const(0), Const((total + lanes - 1) // lanes), [loop])]
+        return lane_chunks(ctx, total, lanes, body)
 
     zero = chunks(plane, lambda i: [Store(pad.name, (i,), Const(0.0, f32))])
     # Input rows that land in the plane, and per phase the positions whose input column

@@ -20,14 +20,12 @@ residual) applies at each of those stores.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from ember.dtypes import DType
 from ember.errors import UnsupportedOpError
 from ember.graph.ops.winograd import output_tiles
-from ember.loops.ir import Binary, Const, Expr, For, Load, Stmt, Store
+from ember.loops.ir import Const, Expr, For, Load, Stmt, Store
 from ember.loops.lower.core import LowerContext, lowering
-from ember.loops.lower.ops.linalg import store_result, vector_loop
+from ember.loops.lower.ops.linalg import lane_chunks, store_result
 
 LANES = 16  # tiles per vector (one AVX-512 register of f32, two AVX2 ones)
 F32 = DType.f32
@@ -39,35 +37,14 @@ def _f32_only(ctx: LowerContext) -> None:
                                  f" f32 only, got {ctx.inputs[0].dtype}")
 
 
-def _add(a: Expr, b: Expr) -> Expr:
-    return Binary("add", a, b)
-
-
-def _sub(a: Expr, b: Expr) -> Expr:
-    return Binary("sub", a, b)
-
-
 def _input_rows(d: list[Expr]) -> list[Expr]:
     """B^T applied to 4 values along one axis of the tile."""
-    return [_sub(d[0], d[2]), _add(d[1], d[2]), _sub(d[2], d[1]), _sub(d[1], d[3])]
+    return [d[0] - d[2], d[1] + d[2], d[2] - d[1], d[1] - d[3]]
 
 
 def _output_rows(p: list[Expr]) -> list[Expr]:
     """A^T applied to 4 values along one axis of the tile."""
-    return [_add(_add(p[0], p[1]), p[2]), _sub(_sub(p[1], p[2]), p[3])]
-
-
-def _tile_rows(ctx: LowerContext, count: int,
-               body: Callable[[Expr], list[Stmt]]) -> list[Stmt]:
-    """body(tw) over tiles 0 .. count - 1 of a row, in vectors of up to LANES."""
-    if count <= 0:
-        return []
-    q = ctx.var("q")
-    width = min(LANES, count)
-    stop = Binary("min", Const(width), Binary("sub", Const(count), q * width)) \
-        if count % width else Const(width)
-    loop = vector_loop(ctx, stop, lambda jj: body(q * width + jj))
-    return [For(q, Const(0), Const(-(-count // width)), [loop])]
+    return [p[0] + p[1] + p[2], p[1] - p[2] - p[3]]
 
 
 def _lane_values(ctx: LowerContext, values: list[Expr]) -> tuple[list[Stmt], list[Expr]]:
@@ -78,10 +55,6 @@ def _lane_values(ctx: LowerContext, values: list[Expr]) -> tuple[list[Stmt], lis
         stores.append(Store(local.name, (), value))
         loads.append(Load(local.name, (), F32))
     return stores, loads
-
-
-# Row i of B^T d is d[a] + sign * d[b] for these (a, b, sign): B^T's row i.
-INPUT_ROWS = ((0, 2, -1), (1, 2, 1), (2, 1, -1), (1, 3, -1))
 
 
 @lowering("winograd_input")
@@ -97,22 +70,21 @@ def winograd_input(ctx: LowerContext) -> list[Stmt]:
     n, c, a, col = ctx.var("n"), ctx.var("c"), ctx.var("a"), ctx.var("col")
 
     def row_pass(i: int) -> For:
-        first, second, sign = INPUT_ROWS[i]
         th = ctx.var("th")
 
         def tile(tw: Expr) -> list[Stmt]:
             def d(row: int, column: int) -> Expr:
                 return ctx.load(0, [n, c, th * 2 + row, tw * 2 + column])
 
-            combine = _add if sign > 0 else _sub
-            load_r, r = _lane_values(ctx, [combine(d(first, j), d(second, j))
+            # Row i of B^T d, which reads two rows of the tile.
+            load_r, r = _lane_values(ctx, [_input_rows([d(row, j) for row in range(4)])[i]
                                            for j in range(4)])
             t = (n * th_n + th) * tw_n + tw
             row = _input_rows(r)
             return [*load_r, *[Store(out.name, (Const(4 * i + j), c, t), row[j])
                                for j in range(4)]]
 
-        return For(th, Const(0), Const(th_n), _tile_rows(ctx, tw_n, tile))
+        return For(th, Const(0), Const(th_n), lane_chunks(ctx, tw_n, LANES, tile))
 
     # Columns past the tiles (the pitch) are zero: the matmul reads them.
     pitch = out.shape[2]
@@ -148,9 +120,9 @@ def winograd_output(ctx: LowerContext) -> list[Stmt]:
 
     def row_of_tiles(th: Expr, rows: int) -> list[Stmt]:
         # Whole tiles, then (odd width) the last tile's first column alone.
-        stmts = _tile_rows(ctx, ow_n // 2, lambda tw: tile(th, tw, rows, 2))
+        stmts = lane_chunks(ctx, ow_n // 2, LANES, lambda tw: tile(th, tw, rows, 2))
         if ow_n % 2:
-            stmts += _tile_rows(ctx, 1, lambda tw: tile(th, tw + ow_n // 2, rows, 1))
+            stmts += lane_chunks(ctx, 1, LANES, lambda tw: tile(th, tw + ow_n // 2, rows, 1))
         return stmts
 
     th = ctx.var("th")
