@@ -10,6 +10,7 @@ be vectorized run serially.
 
 from __future__ import annotations
 
+import math
 import re
 
 import ml_dtypes
@@ -21,9 +22,10 @@ from ember import Builder, DType
 from ember.codegen import cpu
 from ember.codegen.llvm import kernel_module, program_module
 from ember.codegen.vector import plan_vector
+from ember.driver.pass_manager import run_passes
 from ember.errors import ParseError, VerificationError
 from ember.loops import interp
-from ember.loops.ir import Const, Fma, For, Kernel, Load, Var, walk_stmts
+from ember.loops.ir import Const, Fma, For, Kernel, Load, Store, Var, loads_in, walk_stmts
 from ember.loops.lower import lower_graph
 from ember.loops.lower.core import LowerContext
 from ember.loops.lower.ops.linalg import plain_matmul
@@ -199,6 +201,31 @@ def test_fused_epilogue() -> None:
     inputs = [data((45, 70)), data((70, 37)), data((37,))]
     want = np.maximum(inputs[0] @ inputs[1] + inputs[2], 0)
     np.testing.assert_allclose(compiled(*inputs)[0], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("depth", [70, 1100])  # one pass of k, and several
+def test_transcendental_epilogue_writes_rows_from_a_staging_tile(depth) -> None:
+    """A GELU after the matmul runs a row of the tile at a time, from a copy of the
+    register tile: the unrolled write-back would interleave mr erfs and spill."""
+    b = Builder("dense_gelu")
+    x, w, bias = b.input("x", "f32", (45, depth)), b.input("w", "f32", (depth, 37)), \
+        b.input("b", "f32", (37,))
+    b.output(b.gelu(b.add(b.matmul(x, w), bias)))
+    graph = b.build()
+    kernel = kernel_of(run_passes(graph, ["decompose", "fuse", "dce"]))
+    (write,) = [s for s in walk_stmts(kernel.body) if isinstance(s, For)
+                and any(isinstance(t, Store) and t.buffer == "y0" for t in s.body)]
+    row_loop = next(s for s in walk_stmts(kernel.body) if isinstance(s, For) and write in s.body)
+    assert write.kind == "vectorized" and row_loop.kind == "serial", print_kernel(kernel)
+    read = {load.buffer for load in loads_in(row_loop.body)}
+    tile = gemm.default_tile(45, False, 37)  # the copy of the register tile
+    assert [buf.shape for buf in kernel.locals if buf.name in read and buf.shape] == \
+        [(min(tile.mr, 45), min(tile.nr, 37))]
+    inputs = [data((45, depth)), data((depth, 37)), data((37,))]
+    u = inputs[0].astype(np.float64) @ inputs[1] + inputs[2]
+    want = 0.5 * u * (1 + np.vectorize(math.erf)(u / math.sqrt(2)))
+    got = ember.compile(graph, config=CPU)(*inputs)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_micro_kernel_is_vector_fma() -> None:

@@ -163,9 +163,12 @@ class FusedKernel:
         fn = find_lowering(root.name)
         if fn is None:
             raise UnsupportedOpError(f"{root.where()}: no lowering to loops")
-        body = fn(rctx)
         scalar = self.ctx.local(root.result.dtype)
         self.sources[root.result] = lambda index: Load(scalar.name, (), scalar.dtype)
+        probe = [Var(f"probe{d}") for d in range(len(root.result.shape))]
+        rctx.heavy_epilogue = any(isinstance(e, Unary) and e.op in TRANSCENDENTAL
+                                  for s in self.store_outputs(probe) for e in walk_expr(s.value))
+        body = fn(rctx)
         stores = 0
 
         def rewrite(stmts: list[Stmt]) -> list[Stmt]:
