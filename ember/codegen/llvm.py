@@ -124,6 +124,9 @@ class KernelEmitter:
         self.vars: dict[str, ir.Value] = {}  # loop variable -> the i64 slot holding its value
         self.ranges: dict[str, tuple[int, int]] = {}  # loop variable -> its values, if known
         self.in_parallel = in_parallel  # inside an outlined parallel body: loops run serially
+        # Loads of the unrolled copy being emitted -> their vector, from a block that the
+        # unrolled loop transposed in registers (vector.transposed_loads).
+        self.transposed: dict[Load, ir.Value] = {}
 
     def nested(self, fn: ir.Function, private: Sequence[Buffer]) -> KernelEmitter:
         """An emitter for `fn`, the outlined body of a parallel loop of this kernel, with its

@@ -4,7 +4,11 @@ LLVM vectors whose lanes are the iterations.
 **Unrolled.** A loop whose trip count has a constant bound is emitted as that many copies of
 its body, the loop variable a constant in each: `for %i = 0 to 4 unrolled` gives four
 copies; `for %i = 0 to min(4, %n) unrolled` four copies, each under `if i < min(4, %n)`.
-Other loops (and ones longer than MAX_UNROLL) are emitted as serial loops.
+Other loops (and ones longer than MAX_UNROLL) are emitted as serial loops. An unrolled loop
+of W copies whose body is a vectorized loop of W lanes reading x[.., lane, .., copy] (a
+block of a transpose, `block_transposes` in ember/loops/schedule.py) loads the block as W
+vectors along the copies and transposes them with shuffles before the copies
+(`transposed_loads`), so that no copy gathers.
 
 **Vectorized.** `for %j = s to s + W vectorized` (constant s and W) runs its body once, on
 vectors of W lanes, lane l standing for iteration s + l; `for %j = s to min(s + W, e)` is
@@ -120,16 +124,115 @@ def emit_unrolled(em: KernelEmitter, s: For) -> bool:
     start, count, stop = bound
     slot = em.allocas.alloca(I64, name=s.var.name)
     limit = em.index(stop) if stop is not None else None
+    transposed, outside = transposed_loads(em, s), em.transposed
     with em.binding(s.var.name, slot):
         for k in range(count):
             value = ir.Constant(I64, start + k * s.step)
             em.b.store(value, slot)
+            em.transposed = {**outside, **{load: vectors[k]
+                                           for load, vectors in transposed.items()}}
             if limit is None:
                 em.stmts(s.body)
             else:
                 with em.b.if_then(em.b.icmp_signed("<", value, limit)):
                     em.stmts(s.body)
+    em.transposed = outside
     return True
+
+
+# Element types loaded and transposed as they are stored.
+_TRANSPOSABLE = {DType.f32, DType.f64, DType.i32, DType.i64}
+
+
+def transposed_loads(em: KernelEmitter, s: For) -> dict[Load, list[ir.Value]]:
+    """A square block transposed in registers: in `for %a = 0 to W unrolled { for %b = 0
+    to W vectorized { .. x[.., %b, .., %a] .. } }` (W a power of two, the load contiguous in
+    %a and a gather in %b, x not stored in the block), the W vectors x[.., b, .., 0:W] for
+    each b, loaded before the copies and transposed by log2(W) rounds of interleaving
+    shuffles (the perfect shuffle: W log2(W) shuffles for W * W elements), so that copy a
+    reads x[.., 0:W, .., a] as its vector a instead of gathering it. Either loop may stop
+    early (`min(W, e)`: an edge block): the loads are masked to the elements inside it.
+    Returns, per such load, the vector of each copy; {} when `s` is not such a block."""
+    if len(s.body) != 1 or not isinstance(s.body[0], For) or s.body[0].kind != "vectorized" \
+            or s.step != 1:
+        return {}
+    inner = s.body[0]
+    outer_bound, inner_bound = trip_bound(s), trip_bound(inner)
+    width = outer_bound[1] if outer_bound else 0
+    if inner_bound is None or inner_bound[1] != width or width not in (4, 8, 16) or \
+            inner.step != 1 or not all(isinstance(st, Store) for st in inner.body):
+        return {}
+    stored = {st.buffer for st in inner.body}
+    a, lane = s.var.name, inner.var.name
+    b = em.b
+    found: dict[Load, list[ir.Value]] = {}
+    for st in inner.body:
+        for e in _unguarded_loads(st.value):
+            buf = em.kernel.buffer(e.buffer)
+            if e in found or e.buffer in stored or buf.dtype not in _TRANSPOSABLE or \
+                    access_kind(e.index, lane, buf.shape) != "gather" or \
+                    access_kind(e.index, a, buf.shape) != "contiguous" or \
+                    any(coefficient(i, lane) is None for i in e.index):
+                continue
+            t = ir.VectorType(storage_type(buf.dtype), width)
+            bits = ir.VectorType(ir.IntType(1), width)
+            columns = None  # the lanes (values of %a) inside the block
+            if outer_bound[2] is not None:
+                first = [outer_bound[0] + k for k in range(width)]
+                stop = em.index(outer_bound[2])
+                columns = b.icmp_signed("<", ir.Constant(ir.VectorType(I64, width), first),
+                                        _splat(b, stop, width))
+            rows = []
+            for j in range(width):
+                at = {lane: Const(inner_bound[0] + j), a: Const(outer_bound[0])}
+                ptr, _ = em.element_ptr(e.buffer, [substitute(i, at) for i in e.index])
+                mask = columns
+                if inner_bound[2] is not None:  # rows past the stop load nothing
+                    inside = b.icmp_signed("<", ir.Constant(I64, inner_bound[0] + j),
+                                           em.index(inner_bound[2]))
+                    row = _splat(b, inside, width)
+                    mask = row if mask is None else b.and_(mask, row)
+                if mask is None:
+                    rows.append(b.load(ptr, typ=t, align=buf.dtype.itemsize))
+                    continue
+                fn = declare(b, f"llvm.masked.load.{_mangle(t)}.p0", t,
+                             [scalar.PTR, I32, bits, t])
+                rows.append(b.call(fn, [ptr, ir.Constant(I32, buf.dtype.itemsize), mask,
+                                        ir.Constant(t, None)]))
+            found[e] = transpose_vectors(b, rows)
+    return found
+
+
+def _splat(b: ir.IRBuilder, x: ir.Value, width: int) -> ir.Value:
+    one = b.insert_element(ir.Constant(ir.VectorType(x.type, width), ir.Undefined), x,
+                           ir.Constant(I32, 0))
+    return b.shuffle_vector(one, ir.Constant(one.type, ir.Undefined),
+                            ir.Constant(ir.VectorType(I32, width), [0] * width))
+
+
+def _unguarded_loads(e: Expr):
+    """The loads `e` always evaluates (not those on a side of a select)."""
+    if isinstance(e, Load):
+        yield e
+    elif isinstance(e, Select):
+        yield from _unguarded_loads(e.cond)
+    else:
+        for x in operands(e):
+            yield from _unguarded_loads(x)
+
+
+def transpose_vectors(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
+    """The columns of the square matrix whose rows are `rows` (a power of two of them):
+    each round pairs vector i with vector i + n/2 and interleaves them, the low halves'
+    lanes into one vector and the high halves' into the next; log2(n) rounds transpose."""
+    n = len(rows)
+    low = [m for j in range(n // 2) for m in (j, n + j)]
+    high = [m for j in range(n // 2, n) for m in (j, n + j)]
+    masks = [ir.Constant(ir.VectorType(I32, n), mask) for mask in (low, high)]
+    for _ in range(n.bit_length() - 1):
+        rows = [b.shuffle_vector(rows[i], rows[i + n // 2], mask)
+                for i in range(n // 2) for mask in masks]
+    return rows
 
 
 # -- vectorized loops: the legality check --------------------------------------------------------
@@ -517,6 +620,8 @@ class VectorBody:
         load), only where it holds, `otherwise` (f32 or f64) elsewhere."""
         if e.buffer in self.lane_values:
             return self.lane_values[e.buffer]
+        if e in self.em.transposed and guard is None:
+            return self.em.transposed[e]  # its lanes from a block transposed in registers
         buf = self.em.kernel.buffer(e.buffer)
         kind = access_kind(e.index, self.loop.var.name, buf.shape)
         if kind == "uniform":

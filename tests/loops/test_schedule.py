@@ -10,8 +10,14 @@ import ember
 from ember import VerificationError
 from ember.codegen import cpu
 from ember.codegen.llvm import kernel_module
+from ember.loops import schedule
 from ember.loops.ir import For
-from ember.loops.schedule import default_schedule, parallelize, vectorize_inner_loops
+from ember.loops.schedule import (
+    block_transposes,
+    default_schedule,
+    parallelize,
+    vectorize_inner_loops,
+)
 from ember.loops.text import parse_kernel, print_kernel
 from ember.loops.verify import verify_kernel
 
@@ -207,3 +213,93 @@ def test_an_output_in_place_of_its_input_runs_vectorized() -> None:
     run = ember.compile(graph, config=ember.Config(executor="cpu", disk_cache=False))
     np.testing.assert_allclose(run(*inputs)[0], ember.interpret(graph, inputs)[0],
                                rtol=1e-5, atol=1e-5)
+
+
+# -- transposes in blocks ----------------------------------------------------------------------
+
+TRANSPOSE = """kernel @t(%x: f32[40,20], %y: f32[20,40]) {
+  for %i = 0 to 20 {
+    for %j = 0 to 40 {
+      %y[%i, %j] = mul(%x[%j, %i], 2.0:f32)
+    }
+  }
+}"""
+
+
+def test_a_transposing_nest_is_tiled_into_square_blocks(monkeypatch) -> None:
+    """The store runs along %j, the load along %i: 8x8 blocks, %i's rows unrolled and %j's
+    lanes vectorized (code generation transposes a block in registers), the last row of
+    blocks short."""
+    monkeypatch.setattr(schedule, "transpose_block", lambda: 8)
+    kernel = block_transposes(parse_kernel(TRANSPOSE))
+    store = ("%y[add(mul(%i.o, 8), %i.i), add(mul(%j.o, 8), %j.i)] ="
+             " mul(%x[add(mul(%j.o, 8), %j.i), add(mul(%i.o, 8), %i.i)], 2.0:f32)")
+    assert print_kernel(kernel) == f"""kernel @t(%x: f32[40,20], %y: f32[20,40]) {{
+  for %i.o = 0 to 3 {{
+    for %j.o = 0 to 5 {{
+      for %i.i = 0 to min(8, sub(20, mul(%i.o, 8))) unrolled {{
+        for %j.i = 0 to 8 vectorized {{
+          {store}
+        }}
+      }}
+    }}
+  }}
+}}
+"""
+
+
+NARROW_TRANSPOSE = """kernel @t(%x: f32[4,64], %y: f32[64,4]) {
+  for %i = 0 to 64 {
+    for %j = 0 to 4 {
+      %y[%i, %j] = %x[%j, %i]
+    }
+  }
+}"""
+
+
+@pytest.mark.parametrize("text", [SCALE.format(n=64), ROW_MAX, NARROW_TRANSPOSE])
+def test_other_nests_are_not_blocked(text: str) -> None:
+    """Contiguous on both sides, a reduction, and a transpose narrower than a block."""
+    kernel = parse_kernel(text)
+    assert print_kernel(block_transposes(kernel)) == print_kernel(kernel)
+
+
+@pytest.mark.parametrize("shape, perm", [
+    ((128, 12, 64), (1, 2, 0)),  # BERT's key heads, every block full
+    ((12, 100, 72), (0, 2, 1)),  # edge blocks on both sides
+    ((37, 53), (1, 0)),
+    ((3, 5, 17, 19), (0, 3, 2, 1)),
+    ((6, 7), (1, 0)),  # smaller than a block: not blocked
+])
+@pytest.mark.parametrize("dtype", ["f32", "f64", "i32", "f16"])
+def test_blocked_transposes_compute_the_transpose(shape, perm, dtype) -> None:
+    x = (np.random.default_rng(0).standard_normal(shape) * 100).astype(dtype_np(dtype))
+    b = ember.Builder("t")
+    b.output(b.add(b.transpose(b.input("x", dtype, shape), perm=perm),
+                   b.constant(np.ones((), dtype_np(dtype)))))
+    run = ember.compile(b.build(), config=ember.Config(executor="cpu", disk_cache=False))
+    np.testing.assert_array_equal(run(x)[0], x.transpose(perm) + 1)
+
+
+def dtype_np(dtype: str):
+    return {"f32": np.float32, "f64": np.float64, "i32": np.int32, "f16": np.float16}[dtype]
+
+
+def test_a_full_block_is_transposed_in_registers() -> None:
+    """No gather in a kernel of full blocks: vector loads and interleaving shuffles."""
+    side = schedule.transpose_block()
+    rows, cols = 4 * side, 2 * side
+    kernel = vectorize_inner_loops(block_transposes(parse_kernel(
+        f"""kernel @t(%x: f32[{rows},{cols}], %y: f32[{cols},{rows}]) {{
+  for %i = 0 to {cols} {{
+    for %j = 0 to {rows} {{
+      %y[%i, %j] = %x[%j, %i]
+    }}
+  }}
+}}""")))
+    text = str(kernel_module([verify_kernel(kernel)]))
+    assert "shufflevector" in text and "gather" not in text
+    x = np.random.default_rng(0).standard_normal((rows, cols)).astype(np.float32)
+    y = np.zeros((cols, rows), np.float32)
+    cpu.compile_module(kernel_module([kernel])).kernel("t", 2)(x.ctypes.data, y.ctypes.data)
+    np.testing.assert_array_equal(y, x.T)
