@@ -35,8 +35,8 @@ LLVM splits or widens the vectors to its registers, so a schedule picks W for it
   lanes may address memory outside the buffer (a conv's row segments);
 - expressions that are the same in every lane are scalar code (ember.codegen.scalar);
   lane-varying ones are vector instructions with the scalar code's semantics: float
-  add/sub/mul/div/max/min/neg/abs/sqrt, fma, comparisons, select, integer add/sub/mul and
-  bit logic, float-to-float and integer-to-float casts;
+  add/sub/mul/div/max/min/neg/abs/sqrt, fma, comparisons, select, integer add/sub/mul/
+  max/min and bit logic, float-to-float and integer-to-float casts;
 - `if`s whose condition is uniform.
 
 The body runs statement by statement for all lanes at once instead of iteration by
@@ -797,6 +797,8 @@ _BINARY: dict[tuple[str, str], Callable[..., ir.Value]] = {
     ("sub", "int"): lambda v, t, x, y: v.b.sub(x, y),
     ("mul", "int"): lambda v, t, x, y: v.b.mul(x, y),
     **{(op, "int"): _icmp(cmp) for op, cmp in _ICMP.items()},
+    ("max", "int"): lambda v, t, x, y: v.b.select(_icmp(">")(v, t, x, y), x, y),
+    ("min", "int"): lambda v, t, x, y: v.b.select(_icmp("<")(v, t, x, y), x, y),
     **{(op, family): lambda v, t, x, y, f=f: f(v.b, x, y)
        for op, f in (("bitwise_and", ir.IRBuilder.and_), ("bitwise_or", ir.IRBuilder.or_),
                      ("bitwise_xor", ir.IRBuilder.xor))

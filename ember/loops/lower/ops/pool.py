@@ -4,7 +4,8 @@ Pools reduce each output element's window into a local scalar, reading only the 
 inside the input (an `If` guards axes where a tap can fall into the padding or past the
 end of a ceil_mode window): for max_pool the padding never wins, for avg_pool it adds 0
 and the divisor follows the reference's count_include_pad rule. A 2-D f32 max pool runs
-on vectors of output columns instead (`max_pool_rows`).
+on vectors of output columns instead (`pool_rows`), and so does a 2-D f32 average
+pool.
 
 `resize` computes, per resized axis, the source indices and weights of an output index
 in the loop body (in f64, as the reference does), in tables local to the kernel filled
@@ -85,39 +86,43 @@ POOL_LANES = 16  # output columns per vector
 POOL_CHAINS = 8  # output vectors computed at once
 
 
-def max_pool_rows(ctx: LowerContext) -> list[Stmt] | None:
-    """A 2-D f32 max pool as vectors of output columns, or None for other pools. Each
-    vector takes the max of its unrolled taps; a tap outside the input (padding, a
-    ceil_mode overhang) is a select around the load, so those lanes read nothing and give
-    -inf, and at stride s the lanes read every s-th input column (a strided load):
+def pool_rows(ctx: LowerContext, combine: str, finish=None) -> list[Stmt] | None:
+    """A 2-D f32 max or average pool (`combine` max or add) as vectors of output columns,
+    or None for other pools. Each vector combines its unrolled taps; a tap outside the
+    input (padding, a ceil_mode overhang) is a select around the load, so those lanes read
+    nothing and give the combine's identity (-inf, 0), and at stride s the lanes read every
+    s-th input column (a strided load); `finish(total, row, col)` makes the stored value
+    (the average's division by its window's count):
 
         for %nc { for %oh = 0 to OH / R { for %ow0 = 0 to ceil(OW / L) {
           (r < R unrolled, row = oh * R + r)
-          %acc[r, jj] = -inf;  for %kh, %kw unrolled { (r) { for %jj = 0 to L vectorized {
-            %acc[r, jj] = max(%acc[r, jj], select(inside,
-                                  x[n, c, ih(row, kh), (ow0 * L + jj) * s + kw - pl], -inf))
+          %acc[r, jj] = identity;  for %kh, %kw unrolled { (r) { for %jj = 0 to L vectorized {
+            %acc[r, jj] = combine(%acc[r, jj], select(inside,
+                                  x[n, c, ih(row, kh), (ow0 * L + jj) * s + kw - pl], identity))
           } } }
-          y[n, c, row, ow0 * L + jj] = %acc[r, jj]  (the lanes before OW) } } }
+          y[n, c, row, ow0 * L + jj] = finish(%acc[r, jj])  (the lanes before OW) } } }
 
-    ResNet's 3x3 stride-2 pool of 64 channels at 112x112 took 0.67 ms as a nest per
-    output element, 0.23 ms this way (ONNX Runtime: 0.09)."""
+    ResNet's 3x3 stride-2 max pool of 64 channels at 112x112 took 0.67 ms as a nest per
+    output element, 0.23 ms this way (ONNX Runtime: 0.09). An average pool's nest was as
+    fast, LLVM's loop vectorizer widening it (3x3 at stride 1, 64 channels of 56x56: 72-94
+    us either way, ONNX Runtime 86); these vectors do not depend on that vectorizer."""
     x, out = ctx.inputs[0], ctx.outputs[0]
     f32 = DType.f32
     if len(x.shape) != 4 or x.dtype is not f32 or out.dtype is not f32 or 0 in out.shape:
         return None
-    kernel, strides, pb, _, dilations, (oh_n, ow_n) = pool_geometry(ctx,
-                                                                     ctx.attrs["dilations"])
+    kernel, strides, pb, _, dilations, (oh_n, ow_n) = pool_geometry(
+        ctx, ctx.attrs["dilations"] if "dilations" in ctx.attrs else ())
     nb, channels = out.shape[:2]
     lanes = min(POOL_LANES, ow_n)
     blocks = (ow_n + lanes - 1) // lanes
-    # Rows taken together, each its own chain of maxima (9 taps of a NaN-propagating max,
-    # several instructions each, would wait on each other): 0.42 -> 0.23 ms.
+    # Rows taken together, each its own chain (9 taps of a NaN-propagating max, several
+    # instructions each, would wait on each other): 0.42 -> 0.23 ms.
     down = largest_divisor(oh_n, POOL_CHAINS)
     acc = ctx.local(f32, (down, lanes))
     nc, oh, ow0, kh, kw, r = (ctx.var(v) for v in ("nc", "oh", "ow0", "kh", "kw", "r"))
     n, c = (nc // channels, nc % channels) if nb > 1 else (Const(0), nc)
     row = oh * down + r
-    lowest = Const(-np.inf, f32)
+    identity = Const(-np.inf if combine == "max" else 0.0, f32)
 
     def each_row(body: list[Stmt]) -> For:
         return For(r, Const(0), Const(down), body, 1, "unrolled")
@@ -132,20 +137,25 @@ def max_pool_rows(ctx: LowerContext) -> list[Stmt] | None:
                               strides, pb, dilations)
         value = ctx.load(0, [n, c, *positions])
         if conds:
-            value = Select(all_of(conds), value, lowest)
+            value = Select(all_of(conds), value, identity)
         current = Load(acc.name, (r, jj), f32)
-        return [Store(acc.name, (r, jj), Binary("max", current, value))]
+        return [Store(acc.name, (r, jj), Binary(combine, current, value))]
+
+    def result(jj: Var) -> list[Stmt]:
+        col = ow0 * lanes + jj
+        total = Load(acc.name, (r, jj), f32)
+        value = finish(total, row, col) if finish is not None else total
+        return [store_result(ctx, [n, c, row, col], value)]
 
     stop = Binary("min", Const(lanes), Const(ow_n) - ow0 * lanes) if ow_n % lanes \
         else Const(lanes)
     body = [each_row([vector_loop(ctx, lanes, lambda jj: [Store(acc.name, (r, jj),
-                                                                  lowest)])]),
+                                                                  identity)])]),
             For(kh, Const(0), Const(kernel[0]),
                 [For(kw, Const(0), Const(kernel[1]),
                      [each_row([vector_loop(ctx, lanes, tap)])], 1, "unrolled")],
                 1, "unrolled"),
-            each_row([vector_loop(ctx, stop, lambda jj: [store_result(
-                ctx, [n, c, row, ow0 * lanes + jj], Load(acc.name, (r, jj), f32))])])]
+            each_row([vector_loop(ctx, stop, result)])]
     return [For(nc, Const(0), Const(nb * channels),
                 [For(oh, Const(0), Const(oh_n // down),
                      [For(ow0, Const(0), Const(blocks), body)])])]
@@ -153,7 +163,7 @@ def max_pool_rows(ctx: LowerContext) -> list[Stmt] | None:
 
 @lowering("max_pool")
 def max_pool(ctx: LowerContext):
-    fast = max_pool_rows(ctx)
+    fast = pool_rows(ctx, "max")
     if fast is not None:
         return fast
     dtype = ctx.inputs[0].dtype.compute
@@ -180,13 +190,18 @@ def avg_pool(ctx: LowerContext):
     sizes = ctx.inputs[0].shape[2:]
     include_pad = ctx.attrs["count_include_pad"]
 
-    def finish(total: Expr, o: list[Var]) -> Expr:
-        count = Const(1)
+    def count(o: list[Expr]) -> Expr:
+        total = Const(1)
         for args in zip(o, sizes, kernel, strides, pb, pe):
-            count = count * avg_count(*args, include_pad)
-        return Binary("div", total, Cast(dtype, count))
+            total = total * avg_count(*args, include_pad)
+        return total
 
-    return pool(ctx, geometry, ctx.const(0, dtype), "add", finish)
+    fast = pool_rows(ctx, "add", lambda total, row, col: Binary(
+        "div", total, Cast(DType.f32, count([row, col]))))
+    if fast is not None:
+        return fast
+    return pool(ctx, geometry, ctx.const(0, dtype), "add",
+                lambda total, o: Binary("div", total, Cast(dtype, count(o))))
 
 
 # -- resize -------------------------------------------------------------------------------
