@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from ember.codegen import CodegenError
+from ember.codegen import CodegenError, vmath
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,12 @@ class Target:
     features: str
     cc: str  # the C compiler (and linker driver) for this target
     vector_bits: int  # the width of its SIMD registers, for schedules
+
+    @property
+    def vector_ldexp(self) -> bool:
+        """Whether LLVM computes `llvm.ldexp` on vectors in one instruction here (x86 with
+        AVX-512's vscalefps; elsewhere it calls the C library's per lane)."""
+        return self.triple.startswith("x86_64") and "+avx512f" in self.features.split(",")
 
     def machine(self, opt: int = 3) -> llvm.TargetMachine:
         from ember.codegen.cpu import _initialize
@@ -45,10 +51,13 @@ class Target:
 
     def emit_objects(self, modules: Iterable[ir.Module | str], opt: int = 3) -> list[bytes]:
         """Optimized, position-independent object code for modules that together make one
-        program, compiled on all cores (`cpu.compile_objects`)."""
+        program, compiled on all cores (`cpu.compile_objects`); modules generated lazily
+        are emitted for this target's instructions (`vmath.scaling_by_ldexp`)."""
         from ember.codegen.cpu import compile_objects
 
-        return compile_objects(modules, opt, lambda: self.machine(opt), check_externals=False)
+        with vmath.scaling_by_ldexp(self.vector_ldexp):
+            return compile_objects(modules, opt, lambda: self.machine(opt),
+                                   check_externals=False)
 
     def compiler(self) -> str:
         """The path of this target's C compiler; a clear error when it is not installed."""

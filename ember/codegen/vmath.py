@@ -12,8 +12,9 @@ polynomial there, undo the reduction.
 - exp: x = n ln2 + r with n = round(x / ln2) (by adding 1.5 * 2^23) and a two-constant
   (Cody-Waite) ln2, e^r = 1 + r + r^2 P(r) for |r| <= ln2/2, times 2^n built in the
   exponent bits, in two factors 2^(n/2) so that overflow gives inf and results below
-  2^-126 round once into the denormals. x is clamped to [-104, 89] first: below, the
-  result rounds to 0; above, to inf.
+  2^-126 round once into the denormals (or by `llvm.ldexp`, one instruction on AVX-512:
+  `scaling_by_ldexp`). x is clamped to [-104, 89] first: below, the result rounds to 0;
+  above, to inf.
 - expm1: the same reduction; (2^n e^r - 1) as 2^n (e^r - 1) + (2^n - 1), and e^r - 1 itself
   when n = 0, so that there is no cancellation near 0.
 - log: x = m 2^e with m in [sqrt(1/2), sqrt(2)) from the bits (denormals scaled by 2^23
@@ -43,6 +44,8 @@ f64 keeps the C library (`ember.codegen.scalar`).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 
 import numpy as np
@@ -84,6 +87,23 @@ ERF_POLY = (-6.000418e-08, -0.37612626, 0.11283586, -0.026853837, 0.005188348, -
 # erfc(a) e^(a^2) = ERF_TAIL_POLY(a - 2.5), a in [1, 4]: 2^-28 absolute on erf.
 ERF_TAIL_POLY = (0.2108076, -0.07434219, 0.024914566, -0.008132381, 0.0023025041,
                  -0.0006608079, 0.00054372725, 0.00022527488, 0.00010688388)
+
+
+# Whether the code being emitted is for a target whose LLVM backend turns `llvm.ldexp` on
+# vectors into one instruction (x86's AVX-512 vscalefps); elsewhere it is a call per lane.
+_VECTOR_LDEXP = contextvars.ContextVar("vector_ldexp", default=False)
+
+
+@contextlib.contextmanager
+def scaling_by_ldexp(enabled: bool):
+    """Inside the block, exp (and tanh and erf, through it) scales e^r by 2^n with
+    `llvm.ldexp` when `enabled`: one instruction, rounding once into the denormals as the
+    two factors of the portable code do (`Target.vector_ldexp`)."""
+    token = _VECTOR_LDEXP.set(enabled)
+    try:
+        yield
+    finally:
+        _VECTOR_LDEXP.reset(token)
 
 
 # -- building blocks -------------------------------------------------------------------------------
@@ -146,6 +166,13 @@ class _Code:
             x = self.b.select(self.below(x, lo), self.f(lo), x)
         return x
 
+    def ldexp(self, x: ir.Value, n: ir.Value) -> ir.Value:
+        """x 2^n (n i32), rounded once."""
+        full = f"llvm.ldexp.{self.suffix}.{'i32' if self.lanes is None else f'v{self.lanes}i32'}"
+        fn = self.b.module.globals.get(full) or ir.Function(
+            self.b.module, ir.FunctionType(self.float, [self.float, self.int]), full)
+        return self.b.call(fn, [x, n])
+
     def pow2(self, n: ir.Value) -> ir.Value:
         """2^n as f32, for i32 n in [-126, 127]: n + 127 in the exponent field."""
         b = self.b
@@ -169,6 +196,8 @@ def _exp_reduce(c: _Code, x: ir.Value, lo: float) -> tuple[ir.Value, ir.Value]:
 def _exp(c: _Code, x: ir.Value) -> ir.Value:
     b = c.b
     n, expm1_r = _exp_reduce(c, x, EXP_LO)
+    if _VECTOR_LDEXP.get():  # exp's kernel 0.273 -> 0.225 ms on 1M floats (AVX-512)
+        return c.ldexp(b.fadd(expm1_r, c.f(1.0)), n)
     half = b.ashr(n, c.i(1))  # 2^n as 2^half 2^(n - half): both normal for n in [-150, 128]
     scaled = b.fmul(b.fadd(expm1_r, c.f(1.0)), c.pow2(half))
     return b.fmul(scaled, c.pow2(b.sub(n, half)))  # the only rounding into denormals

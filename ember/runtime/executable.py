@@ -285,11 +285,14 @@ class Artifact:
 
 def build_artifact(program: Program, plan: MemoryPlan | None = None) -> Artifact:
     """Plan memory (unless given a plan) and compile `program` to host object code."""
+    from ember.codegen import vmath
     from ember.codegen.cpu import compile_objects
     from ember.codegen.llvm import entry_name, program_modules
+    from ember.codegen.target import host_target
 
     plan = plan or plan_memory(program)
-    objects = compile_objects(program_modules(program, plan.offsets, shards(program)))
+    with vmath.scaling_by_ldexp(host_target().vector_ldexp):
+        objects = compile_objects(program_modules(program, plan.offsets, shards(program)))
     return Artifact(objects, Interface.of(program, entry_name(program.name)), plan,
                     dict(program.constants))
 
