@@ -83,10 +83,23 @@ def _suffix(ty: ir.Type) -> str:
     return "f32" if ty == F32 else "f64"
 
 
-def call_intrinsic(b: ir.IRBuilder, base: str, *xs: ir.Value) -> ir.Value:
-    """`llvm.<base>.f32/f64` on float operands of one type."""
+def call_intrinsic(b: ir.IRBuilder, base: str, *xs: ir.Value,
+                   fastmath: tuple[str, ...] = ()) -> ir.Value:
+    """`llvm.<base>.f32/f64` (or on vectors of them) on float operands of one type."""
     ty = xs[0].type
-    return b.call(declare(b, f"{base}.{_suffix(ty)}", ty, [x.type for x in xs]), xs)
+    suffix = f"v{ty.count}{_suffix(ty.element)}" if isinstance(ty, ir.VectorType) else \
+        _suffix(ty)
+    return b.call(declare(b, f"{base}.{suffix}", ty, [x.type for x in xs]), xs,
+                  fastmath=fastmath)
+
+
+def float_extremum(base: str) -> Emit:
+    """max (`llvm.maximum`) or min (`llvm.minimum`): NaN if either operand is NaN, as in
+    NumPy and PyTorch. Which of -0 and +0 it gives for the two is left open (`nsz`; NumPy's
+    depends on the operands' order): ordering the zeros took x86 three more instructions
+    per vector. reduce_max over 256x4096 went 0.100 -> 0.057 ms, ResNet's max pool
+    0.221 -> 0.169."""
+    return lambda b, t, x, y: call_intrinsic(b, base, x, y, fastmath=("nsz",))
 
 
 def libm_name(base: str, ty: ir.Type) -> str:
@@ -349,8 +362,8 @@ FLOAT_BINARY: dict[str, Emit] = {
     "mod": _float_mod,
     "fmod": lambda b, t, x, y: b.frem(x, y),
     "pow": _intrinsic("llvm.pow"),
-    "max": _intrinsic("llvm.maximum"),
-    "min": _intrinsic("llvm.minimum"),
+    "max": float_extremum("llvm.maximum"),
+    "min": float_extremum("llvm.minimum"),
     "ne": lambda b, t, x, y: b.fcmp_unordered("!=", x, y),  # NaN != anything
     **{op: _fcmp(cmp) for op, cmp in FLOAT_COMPARE.items()},
 }

@@ -788,8 +788,8 @@ _BINARY: dict[tuple[str, str], Callable[..., ir.Value]] = {
     ("sub", "float"): lambda v, t, x, y: v.b.fsub(x, y),
     ("mul", "float"): lambda v, t, x, y: v.b.fmul(x, y),
     ("div", "float"): lambda v, t, x, y: v.b.fdiv(x, y),
-    ("max", "float"): lambda v, t, x, y: v.intrinsic("llvm.maximum", x, y),
-    ("min", "float"): lambda v, t, x, y: v.intrinsic("llvm.minimum", x, y),
+    ("max", "float"): lambda v, t, x, y: scalar.float_extremum("llvm.maximum")(v.b, t, x, y),
+    ("min", "float"): lambda v, t, x, y: scalar.float_extremum("llvm.minimum")(v.b, t, x, y),
     ("ne", "float"): lambda v, t, x, y: v.b.fcmp_unordered("!=", x, y),
     **{(op, "float"): lambda v, t, x, y, cmp=cmp: v.b.fcmp_ordered(cmp, x, y)
        for op, cmp in _FCMP.items()},
