@@ -118,20 +118,26 @@ def test_max_pool_rows_compiled_match_the_interpreter(x_shape, attrs) -> None:
     """The vectorized 2-D f32 max pool (groups of rows, strided loads, padding and
     ceil_mode overhangs as selects): compiled, it gives the interpreter's values, NaN and
     -inf included."""
+    x = data(x_shape)
+    x.flat[::97] = np.nan
+    x.flat[5::89] = -np.inf
+    got, want = vector_pool("max_pool", x, attrs)
+    np.testing.assert_array_equal(got, want)
+
+
+def vector_pool(op: str, x: np.ndarray, attrs: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(compiled, interpreted) results of a 2-D f32 pool, checked to lower to vectors."""
     import ember
     from ember.loops.ir import For
     from ember.loops.lower import lower_graph
 
     b = Builder("g")
-    b.output(b.max_pool(b.input("x", DType.f32, x_shape), **attrs))
+    b.output(getattr(b, op)(b.input("x", DType.f32, x.shape), **attrs))
     graph = b.build()
     (kernel,) = lower_graph(graph).kernels
     assert any(s.kind == "vectorized" for s in kernel.walk() if isinstance(s, For))
-    x = data(x_shape)
-    x.flat[::97] = np.nan
-    x.flat[5::89] = -np.inf
     got = ember.compile(graph, config=ember.Config(executor="cpu", disk_cache=False))(x)[0]
-    np.testing.assert_array_equal(got, ember.interpret(graph, [x])[0])
+    return got, ember.interpret(graph, [x])[0]
 
 
 @pytest.mark.parametrize("x_shape, attrs", [
@@ -147,15 +153,5 @@ def test_max_pool_rows_compiled_match_the_interpreter(x_shape, attrs) -> None:
 def test_avg_pool_rows_compiled_match_the_interpreter(x_shape, attrs) -> None:
     """The vectorized 2-D f32 average pool: padding adds nothing, and each lane divides by
     its own window's count (count_include_pad, ceil_mode overhangs)."""
-    import ember
-    from ember.loops.ir import For
-    from ember.loops.lower import lower_graph
-
-    b = Builder("g")
-    b.output(b.avg_pool(b.input("x", DType.f32, x_shape), **attrs))
-    graph = b.build()
-    (kernel,) = lower_graph(graph).kernels
-    assert any(s.kind == "vectorized" for s in kernel.walk() if isinstance(s, For))
-    x = data(x_shape)
-    got = ember.compile(graph, config=ember.Config(executor="cpu", disk_cache=False))(x)[0]
-    np.testing.assert_allclose(got, ember.interpret(graph, [x])[0], rtol=1e-6, atol=1e-6)
+    got, want = vector_pool("avg_pool", data(x_shape), attrs)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
