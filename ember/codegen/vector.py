@@ -181,7 +181,7 @@ def transposed_loads(em: KernelEmitter, s: For) -> dict[Load, list[ir.Value]]:
                 first = [outer_bound[0] + k for k in range(width)]
                 stop = em.index(outer_bound[2])
                 columns = b.icmp_signed("<", ir.Constant(ir.VectorType(I64, width), first),
-                                        _splat(b, stop, width))
+                                        splat(b, stop, width))
             rows = []
             for j in range(width):
                 at = {lane: Const(inner_bound[0] + j), a: Const(outer_bound[0])}
@@ -190,7 +190,7 @@ def transposed_loads(em: KernelEmitter, s: For) -> dict[Load, list[ir.Value]]:
                 if inner_bound[2] is not None:  # rows past the stop load nothing
                     inside = b.icmp_signed("<", ir.Constant(I64, inner_bound[0] + j),
                                            em.index(inner_bound[2]))
-                    row = _splat(b, inside, width)
+                    row = splat(b, inside, width)
                     mask = row if mask is None else b.and_(mask, row)
                 if mask is None:
                     rows.append(b.load(ptr, typ=t, align=buf.dtype.itemsize))
@@ -203,7 +203,10 @@ def transposed_loads(em: KernelEmitter, s: For) -> dict[Load, list[ir.Value]]:
     return found
 
 
-def _splat(b: ir.IRBuilder, x: ir.Value, width: int) -> ir.Value:
+def splat(b: ir.IRBuilder, x: ir.Value, width: int) -> ir.Value:
+    """Scalar `x` in each of `width` lanes."""
+    if isinstance(x, ir.Constant):
+        return ir.Constant(ir.VectorType(x.type, width), [x.constant] * width)
     one = b.insert_element(ir.Constant(ir.VectorType(x.type, width), ir.Undefined), x,
                            ir.Constant(I32, 0))
     return b.shuffle_vector(one, ir.Constant(one.type, ir.Undefined),
@@ -494,14 +497,7 @@ class VectorBody:
 
     def splat(self, x: ir.Value) -> ir.Value:
         """`x` in every lane (vectors are returned as they are)."""
-        if _is_vector(x):
-            return x
-        if isinstance(x, ir.Constant):
-            return ir.Constant(self.vec(x.type), [x.constant] * self.width)
-        one = self.b.insert_element(ir.Constant(self.vec(x.type), ir.Undefined), x,
-                                    ir.Constant(I32, 0))
-        zeros = ir.Constant(ir.VectorType(I32, self.width), [0] * self.width)
-        return self.b.shuffle_vector(one, ir.Constant(one.type, ir.Undefined), zeros)
+        return x if _is_vector(x) else splat(self.b, x, self.width)
 
     def lanes(self) -> ir.Constant:
         """The loop variable's value in each lane."""
@@ -788,8 +784,8 @@ _BINARY: dict[tuple[str, str], Callable[..., ir.Value]] = {
     ("sub", "float"): lambda v, t, x, y: v.b.fsub(x, y),
     ("mul", "float"): lambda v, t, x, y: v.b.fmul(x, y),
     ("div", "float"): lambda v, t, x, y: v.b.fdiv(x, y),
-    ("max", "float"): lambda v, t, x, y: scalar.float_extremum("llvm.maximum")(v.b, t, x, y),
-    ("min", "float"): lambda v, t, x, y: scalar.float_extremum("llvm.minimum")(v.b, t, x, y),
+    ("max", "float"): lambda v, t, x, y: scalar.FLOAT_BINARY["max"](v.b, t, x, y),
+    ("min", "float"): lambda v, t, x, y: scalar.FLOAT_BINARY["min"](v.b, t, x, y),
     ("ne", "float"): lambda v, t, x, y: v.b.fcmp_unordered("!=", x, y),
     **{(op, "float"): lambda v, t, x, y, cmp=cmp: v.b.fcmp_ordered(cmp, x, y)
        for op, cmp in _FCMP.items()},

@@ -130,11 +130,12 @@ class _Code:
     def i(self, value: int) -> ir.Constant:
         return ir.Constant(self.int, value if self.lanes is None else [value] * self.lanes)
 
-    def intrinsic(self, name: str, *xs: ir.Value) -> ir.Value:
-        """`llvm.<name>` on float operands of this shape (fabs, copysign, fmuladd)."""
-        full = f"llvm.{name}.{self.suffix}"
+    def intrinsic(self, name: str, *xs: ir.Value, suffix: str = "") -> ir.Value:
+        """`llvm.<name>` on operands of this shape (fabs, copysign, fmuladd: floats) giving
+        a float; `suffix` adds to the name's mangling (for an i32 operand)."""
+        full = f"llvm.{name}.{self.suffix}{suffix}"
         fn = self.b.module.globals.get(full) or ir.Function(
-            self.b.module, ir.FunctionType(self.float, [self.float] * len(xs)), full)
+            self.b.module, ir.FunctionType(self.float, [x.type for x in xs]), full)
         return self.b.call(fn, xs)
 
     def fma(self, x: ir.Value, y: ir.Value, z: ir.Value) -> ir.Value:
@@ -168,10 +169,8 @@ class _Code:
 
     def ldexp(self, x: ir.Value, n: ir.Value) -> ir.Value:
         """x 2^n (n i32), rounded once."""
-        full = f"llvm.ldexp.{self.suffix}.{'i32' if self.lanes is None else f'v{self.lanes}i32'}"
-        fn = self.b.module.globals.get(full) or ir.Function(
-            self.b.module, ir.FunctionType(self.float, [self.float, self.int]), full)
-        return self.b.call(fn, [x, n])
+        return self.intrinsic("ldexp", x, n,
+                              suffix=".i32" if self.lanes is None else f".v{self.lanes}i32")
 
     def pow2(self, n: ir.Value) -> ir.Value:
         """2^n as f32, for i32 n in [-126, 127]: n + 127 in the exponent field."""

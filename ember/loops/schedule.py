@@ -39,6 +39,7 @@ from ember.loops.ir import (
     Stmt,
     Store,
     Var,
+    loads_in,
     stmt_exprs,
     walk_expr,
     walk_stmts,
@@ -199,7 +200,7 @@ def block_transposes(kernel: Kernel) -> Kernel:
                 trip_count(x) >= side for x in (outer, inner)):
             continue
         a, b = outer.var.name, inner.var.name
-        loads = [x for s in inner.body for x in walk_expr(s.value) if isinstance(x, Load)]
+        loads = list(loads_in(inner.body))
         if all(access_kind(s.index, b, shapes[s.buffer]) == "contiguous"
                for s in inner.body) and any(
                 access_kind(x.index, b, shapes[x.buffer]) == "gather" and

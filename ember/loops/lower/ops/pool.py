@@ -86,7 +86,7 @@ POOL_LANES = 16  # output columns per vector
 POOL_CHAINS = 8  # output vectors computed at once
 
 
-def pool_rows(ctx: LowerContext, combine: str, finish=None) -> list[Stmt] | None:
+def pool_rows(ctx: LowerContext, combine: str, dilations=(), finish=None) -> list[Stmt] | None:
     """A 2-D f32 max or average pool (`combine` max or add) as vectors of output columns,
     or None for other pools. Each vector combines its unrolled taps; a tap outside the
     input (padding, a ceil_mode overhang) is a select around the load, so those lanes read
@@ -110,8 +110,7 @@ def pool_rows(ctx: LowerContext, combine: str, finish=None) -> list[Stmt] | None
     f32 = DType.f32
     if len(x.shape) != 4 or x.dtype is not f32 or out.dtype is not f32 or 0 in out.shape:
         return None
-    kernel, strides, pb, _, dilations, (oh_n, ow_n) = pool_geometry(
-        ctx, ctx.attrs["dilations"] if "dilations" in ctx.attrs else ())
+    kernel, strides, pb, _, dilations, (oh_n, ow_n) = pool_geometry(ctx, dilations)
     nb, channels = out.shape[:2]
     lanes = min(POOL_LANES, ow_n)
     blocks = (ow_n + lanes - 1) // lanes
@@ -163,7 +162,7 @@ def pool_rows(ctx: LowerContext, combine: str, finish=None) -> list[Stmt] | None
 
 @lowering("max_pool")
 def max_pool(ctx: LowerContext):
-    fast = pool_rows(ctx, "max")
+    fast = pool_rows(ctx, "max", ctx.attrs["dilations"])
     if fast is not None:
         return fast
     dtype = ctx.inputs[0].dtype.compute
@@ -196,7 +195,7 @@ def avg_pool(ctx: LowerContext):
             total = total * avg_count(*args, include_pad)
         return total
 
-    fast = pool_rows(ctx, "add", lambda total, row, col: Binary(
+    fast = pool_rows(ctx, "add", finish=lambda total, row, col: Binary(
         "div", total, Cast(DType.f32, count([row, col]))))
     if fast is not None:
         return fast
