@@ -114,7 +114,7 @@ def test_resize_every_axis_and_halves() -> None:
                       "ceil_mode": True}),
     ((1, 2, 12, 19), {"kernel": (3, 2), "dilations": (2, 2), "pads": (2, 1, 1, 0)}),
 ])
-def test_max_pool_rows_compiled_match_the_interpreter(x_shape, attrs) -> None:
+def test_vector_max_pools_match_the_interpreter(x_shape, attrs) -> None:
     """The vectorized 2-D f32 max pool (groups of rows, strided loads, padding and
     ceil_mode overhangs as selects): compiled, it gives the interpreter's values, NaN and
     -inf included."""
@@ -150,7 +150,7 @@ def vector_pool(op: str, x: np.ndarray, attrs: dict) -> tuple[np.ndarray, np.nda
                       "ceil_mode": True, "count_include_pad": True}),
     ((1, 5, 7, 7), {"kernel": (7, 7)}),  # a global average
 ])
-def test_avg_pool_rows_compiled_match_the_interpreter(x_shape, attrs) -> None:
+def test_vector_avg_pools_match_the_interpreter(x_shape, attrs) -> None:
     """The vectorized 2-D f32 average pool: padding adds nothing, and each lane divides by
     its own window's count (count_include_pad, ceil_mode overhangs)."""
     got, want = vector_pool("avg_pool", data(x_shape), attrs)
