@@ -30,6 +30,12 @@ LLVM splits or widens the vectors to its registers, so a schedule picks W for it
   temporary held in a register (after the loop it holds the last active lane's value);
   or it writes a buffer that is not a local at an address linear in `j` with a nonzero
   slope, so that its lanes' elements are distinct: a masked scatter (`distinct_lanes`);
+  or, where the caller allows reductions (a schedule's `vectorized` loop, not the loops
+  `vectorize_inner_loops` tries), it accumulates into a local at a uniform index,
+  `%acc[u] = op(%acc[u], x)` with op add, mul, max or min of f32, f64, i32 or i64, the body
+  reading %acc nowhere else: x's active lanes are combined by halving and the result
+  with %acc (a float sum reassociated, as LLVM may a scalar accumulator's; max and min
+  exact). Attention's row maxima and sums are such loops;
 - a `select` whose condition differs between lanes and whose first side is a load of f32
   or f64 loads only on the lanes it picks (a masked load or gather), so that the other
   lanes may address memory outside the buffer (a conv's row segments);
@@ -59,7 +65,7 @@ saves reading each line before it is written (`emit_streaming`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
@@ -351,6 +357,7 @@ class VectorPlan:
     start: int
     stop: Expr | None  # the stop to mask lanes against; None when every lane runs
     lane_locals: set[str]  # locals held per lane in registers (uniform stores)
+    reductions: set[str] = field(default_factory=set)  # locals the lanes reduce into
 
 
 def _family(t: DType) -> str:
@@ -382,10 +389,23 @@ def _no_vector_code(e: Expr) -> str | None:
     return None
 
 
-def plan_vector(s: For, locals_: set[str],
-                shapes: Mapping[str, Sequence[int]] | None = None) -> VectorPlan | str:
+def _reduction(st: Stmt, locals_: set[str], name: str) -> bool:
+    """Whether `st` is `%acc[u] = op(%acc[u], x)`, u uniform in lane variable `name`, on a
+    local of a type and op with a vector reduction (`REDUCTION_IDENTITY`)."""
+    if not isinstance(st, Store) or st.buffer not in locals_ or \
+            access_kind(st.index, name) != "uniform":
+        return False
+    value = st.value
+    return isinstance(value, Binary) and \
+        (value.op, value.dtype) in REDUCTION_IDENTITY and \
+        value.a == Load(st.buffer, st.index, value.dtype)
+
+
+def plan_vector(s: For, locals_: set[str], shapes: Mapping[str, Sequence[int]] | None = None,
+                reductions: bool = False) -> VectorPlan | str:
     """How to emit vectorized loop `s` (in a kernel whose buffers have `shapes`), or why it
-    cannot be (then it runs serially)."""
+    cannot be (then it runs serially). With `reductions`, a local accumulated across the
+    lanes (`_reduction`) is reduced horizontally; without, such a body runs serially."""
     shapes = shapes or {}
     bound = trip_bound(s)
     if s.step != 1 or bound is None:
@@ -394,9 +414,12 @@ def plan_vector(s: For, locals_: set[str],
     if not 1 <= width <= MAX_LANES:
         return f"its width {width} is not in [1, {MAX_LANES}]"
     name = s.var.name
+    reduced = {st.buffer for st in s.body if _reduction(st, locals_, name)} \
+        if reductions else set()
     # Lane-private temporaries: locals stored at a uniform index at the top of the body.
     lane_locals = {st.buffer for st in s.body if isinstance(st, Store)
-                   and st.buffer in locals_ and access_kind(st.index, name) == "uniform"}
+                   and st.buffer in locals_ and st.buffer not in reduced
+                   and access_kind(st.index, name) == "uniform"}
     stmts = list(walk_stmts(s.body))
     varying: dict[Expr, bool] = {}
 
@@ -436,7 +459,10 @@ def plan_vector(s: For, locals_: set[str],
         if why:
             return why
         kind = access_kind(st.index, name, shapes.get(st.buffer))
-        if st.buffer in lane_locals:
+        if st.buffer in reduced:
+            if st not in s.body or not varies(st.value.b):
+                return f"%{st.buffer} is reduced under an if or over lane-uniform values"
+        elif st.buffer in lane_locals:
             if kind != "uniform" or st not in s.body:
                 return f"%{st.buffer} is stored both per lane and not"
         elif kind != "contiguous" and (st.buffer in locals_ or not distinct_lanes(
@@ -452,6 +478,11 @@ def plan_vector(s: For, locals_: set[str],
             for x in walk_expr(e):
                 if not isinstance(x, Load) or x.buffer not in stores:
                     continue
+                if x.buffer in reduced:
+                    if not (isinstance(st, Store) and st.buffer == x.buffer and
+                            x is st.value.a):
+                        return f"%{x.buffer} is read while the lanes reduce into it"
+                    continue
                 if x.buffer in lane_locals and x.buffer not in written:
                     return f"%{x.buffer} is read before the lane stores it"
                 if len(stores[x.buffer]) != 1 or x.index not in stores[x.buffer]:
@@ -460,7 +491,7 @@ def plan_vector(s: For, locals_: set[str],
             if len(stores[st.buffer]) != 1:
                 return f"%{st.buffer} is stored at two indices"
             written.add(st.buffer)
-    return VectorPlan(width, start, stop, lane_locals)
+    return VectorPlan(width, start, stop, lane_locals, reduced)
 
 
 # -- vectorized loops: emission ------------------------------------------------------------------
@@ -544,6 +575,9 @@ class VectorBody:
             emit_if(self.b, self.em.condition(st.cond), st, self.stmts)
 
     def store(self, st: Store) -> None:
+        if st.buffer in self.plan.reductions:
+            self.reduce(st)
+            return
         value = self.expr(st.value)
         if st.buffer in self.plan.lane_locals:
             self.lane_values[st.buffer] = self.splat(value)
@@ -568,6 +602,33 @@ class VectorBody:
                      [raw.type, scalar.PTR, I32, self.mask.type])
         self.b.call(fn, [raw, self.b.bitcast(ptr, scalar.PTR), ir.Constant(I32, align),
                          self.mask])
+
+    def reduce(self, st: Store) -> None:
+        """`%acc[u] = op(%acc[u], x)` over the active lanes: x's lanes combined by halving
+        (inactive lanes and the padding to a power of two hold op's identity), then with
+        the accumulator. A float sum is reassociated so, as a scalar accumulator's is
+        (ember/codegen/llvm.py); max and min give what the serial loop gives."""
+        b, e = self.b, st.value
+        assert isinstance(e, Binary)
+        identity = ir.Constant(value_type(e.dtype), REDUCTION_IDENTITY[e.op, e.dtype])
+        lanes = self.expr(e.b)
+        if self.mask is not None:
+            lanes = b.select(self.mask, lanes, self.splat(identity))
+        size = 1 << (self.width - 1).bit_length()
+        if size != self.width:
+            lanes = b.shuffle_vector(lanes, self.splat(identity), ir.Constant(
+                ir.VectorType(I32, size), [min(k, self.width) for k in range(size)]))
+        combine = _BINARY[e.op, _family(e.dtype)]
+        while size > 1:
+            size //= 2
+            low, high = (b.shuffle_vector(lanes, ir.Constant(lanes.type, None), ir.Constant(
+                ir.VectorType(I32, size), list(range(first, first + size))))
+                for first in (0, size))
+            lanes = combine(self, e.dtype, low, high)
+        total = b.extract_element(lanes, ir.Constant(I32, 0))
+        value = self.em.expr_of(e, [self.em.expr(e.a), total])
+        ptr, buf = self.em.element_ptr(st.buffer, st.index)
+        b.store(scalar.to_storage(b, value, buf.dtype), ptr)
 
     def scatter(self, st: Store, value: ir.Value) -> None:
         """A store whose lanes' elements are apart (`distinct_lanes`): one masked scatter
@@ -761,6 +822,17 @@ class VectorBody:
         return convert(x, self.vec(value_type(dst)))
 
 
+# The ops and types that a vectorized loop reduces across its lanes, with the identity that
+# stands in for inactive lanes.
+REDUCTION_IDENTITY: dict[tuple[str, DType], float | int] = {
+    **{(op, t): value for t in (DType.f32, DType.f64)
+       for op, value in (("add", -0.0), ("mul", 1.0), ("max", float("-inf")),
+                         ("min", float("inf")))},
+    **{(op, t): value for t in (DType.i32, DType.i64)
+       for op, value in (("add", 0), ("mul", 1), ("max", -(1 << (8 * t.itemsize - 1))),
+                         ("min", (1 << (8 * t.itemsize - 1)) - 1))},
+}
+
 _FCMP = {"eq": "==", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 _ICMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
@@ -808,7 +880,7 @@ _BINARY: dict[tuple[str, str], Callable[..., ir.Value]] = {
 def emit_vectorized(em: KernelEmitter, s: For) -> str | None:
     """Emit vectorized loop `s` on vectors; returns why not (nothing emitted) when it
     cannot be."""
-    plan = plan_vector(s, em.local_names, em.shapes)
+    plan = plan_vector(s, em.local_names, em.shapes, reductions=True)
     if isinstance(plan, str):
         return plan
     VectorBody(em, s, plan).emit()

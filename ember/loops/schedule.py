@@ -165,12 +165,18 @@ def default_schedule(kernel: Kernel, min_work: int = MIN_PARALLEL_WORK) -> Kerne
     return kernel
 
 
-def transpose_block() -> int:
-    """The side of a transposed block: one vector of f32 on the host (16 with AVX-512,
-    else 8), so that the block's loads and stores are whole vectors."""
+def f32_lanes() -> int:
+    """The f32 lanes of the host's vectors that kernels are shaped for: 16 with AVX-512,
+    else 8 (AVX2; narrower vectors are legalized by LLVM)."""
     from ember.codegen.target import host_target
 
     return 16 if host_target().vector_bits >= 512 else 8
+
+
+def transpose_block() -> int:
+    """The side of a transposed block: one vector of f32, so that the block's loads and
+    stores are whole vectors."""
+    return f32_lanes()
 
 
 def block_transposes(kernel: Kernel) -> Kernel:
@@ -259,6 +265,8 @@ def vectorize_inner_loops(kernel: Kernel) -> Kernel:
         start = int(loop.start.value)
         main = _lanes(loop, lane, Var(block) * width + start if blocks > 1 else Const(start),
                       width)
+        # No reductions: LLVM's vectorizer keeps a reduction's partial sums in vectors
+        # across the whole loop, where blocks of lanes would each end in a horizontal one.
         if isinstance(plan_vector(main, locals_, shapes), str):
             continue
         nest: list[Stmt] = [For(Var(block), Const(0), Const(blocks), [main])] \

@@ -8,7 +8,8 @@ become functions (ember/codegen/llvm.py):
   GEP), others each lane's index apart; both give the serial loop's values;
 - streaming stores: a large elementwise loop peels to a cache line, stores aligned
   non-temporal vectors, and finishes serially, for any alignment of the output;
-- identical kernels are emitted once, the copies calling the first.
+- identical kernels are emitted once, the copies calling the first;
+- reductions: a local accumulated in a vectorized loop is combined across the lanes.
 """
 
 from __future__ import annotations
@@ -326,3 +327,82 @@ def test_scatter_of_a_uniform_half_value_stores_it_rounded() -> None:
     x, y = np.array([1.5], np.float32), np.zeros((12, 7), ml_dtypes.bfloat16)
     run(text, x, y)
     assert (y.astype(np.float32) == 1.5).all()
+
+
+# -- reductions ----------------------------------------------------------------------------------
+
+def reduction_text(dtype: str, op: str, n: int, width: int, first: str) -> str:
+    """Each row's `op` over n elements, in blocks of `width` lanes (a masked last block
+    when width does not divide n)."""
+    blocks = -(-n // width)
+    return f"""kernel @k(%x: {dtype}[3,{n}], %y: {dtype}[3]) {{
+  local %acc: {dtype}[]
+  for %r = 0 to 3 {{
+    %acc[] = {first}:{dtype}
+    for %b = 0 to {blocks} {{
+      for %j = 0 to min({width}, sub({n}, mul(%b, {width}))) vectorized {{
+        %acc[] = {op}(%acc[], %x[%r, add(mul(%b, {width}), %j)])
+      }}
+    }}
+    %y[%r] = %acc[]
+  }}
+}}"""
+
+
+REDUCTIONS = {"add": ("0", np.sum), "max": ("-inf", np.max), "min": ("inf", np.min)}
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64", "i32", "i64"])
+@pytest.mark.parametrize("op", sorted(REDUCTIONS))
+@pytest.mark.parametrize("n, width", [(64, 16), (37, 16), (36, 12), (5, 64)])
+def test_vectorized_reductions_reduce_across_lanes(dtype, op, n, width) -> None:
+    """A local accumulated in a vectorized loop is reduced across the lanes (padded to a
+    power of two, masked lanes holding the identity): the serial loop's value, a float
+    sum to rounding."""
+    first, reference = REDUCTIONS[op]
+    if dtype[0] == "i":
+        first = {"add": "0", "max": "-1000000", "min": "1000000"}[op]
+    text = reduction_text(dtype, op, n, width, first)
+    kernel = parse_kernel(text)
+    loop = kernel.body[0].body[1].body[0]
+    plan = plan_vector(loop, {"acc"}, reductions=True)
+    assert isinstance(plan, VectorPlan) and plan.reductions == {"acc"}
+    assert isinstance(plan_vector(loop, {"acc"}), str)  # only when asked for
+    assert "shufflevector" in cpu.llvm_ir_text(kernel_module([kernel]), optimized=False)
+    np_type = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64}[dtype]
+    x = (RNG.standard_normal((3, n)) * 100).astype(np_type)
+    y = np.zeros(3, np_type)
+    run(text, x, y)
+    want = reference(x.astype(np.float64), axis=1)
+    if dtype[0] == "f" and op == "add":
+        np.testing.assert_allclose(y, want, rtol=1e-5 if dtype == "f32" else 1e-12)
+    else:
+        np.testing.assert_array_equal(y, want.astype(np_type))
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_vectorized_max_and_min_propagate_nan(op) -> None:
+    text = reduction_text("f32", op, 40, 16, REDUCTIONS[op][0])
+    x = RNG.standard_normal((3, 40)).astype(np.float32)
+    x[0, 3], x[1, 39] = np.nan, np.nan  # in a whole block, in the masked one
+    y = np.zeros(3, np.float32)
+    run(text, x, y)
+    assert np.isnan(y[:2]).all() and y[2] == REDUCTIONS[op][1](x[2])
+
+
+def test_an_accumulator_read_elsewhere_in_the_body_stays_serial() -> None:
+    """A body that reads the accumulator other than to combine it (a running value stored
+    per lane) has no reduction: the loop runs serially, with the serial loop's values."""
+    text = """kernel @k(%x: f32[20], %y: f32[20]) {
+  local %acc: f32[]
+  %acc[] = 0.0:f32
+  for %j = 0 to 20 vectorized {
+    %acc[] = add(%acc[], %x[%j])
+    %y[%j] = %acc[]
+  }
+}"""
+    kernel = parse_kernel(text)
+    assert "read while the lanes reduce" in plan_vector(kernel.body[1], {"acc"}, reductions=True)
+    x, y = RNG.standard_normal(20).astype(np.float32), np.zeros(20, np.float32)
+    run(text, x, y)
+    np.testing.assert_allclose(y, np.cumsum(x), rtol=1e-5)
