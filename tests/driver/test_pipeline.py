@@ -23,7 +23,8 @@ def test_dump_writes_every_stage(tmp_path, monkeypatch) -> None:
     x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
     np.testing.assert_allclose(exe(x)[0], interpret(graph, [x])[0], rtol=1e-6, atol=1e-7)
     names = {p.name for p in tmp_path.iterdir()}
-    assert {"00-input.ir", "01-decompose.ir", "loops.ir", "llvm.ll", "asm.s"} <= names
+    assert {"00-input.ir", "01-fuse_attention.ir", "02-decompose.ir", "loops.ir", "llvm.ll",
+            "asm.s"} <= names
     assert "kernel @k0_matmul" in (tmp_path / "loops.ir").read_text()
     assert "define void @small_entry" in (tmp_path / "llvm.ll").read_text()
 

@@ -1,10 +1,13 @@
 """graph.attention: its type rules, its reference, the fuse_attention pass that forms it
-from what torch.export makes of scaled dot-product attention, and its kernel (an online
+from what torch.export makes of scaled dot-product attention and from the sdpa composite,
+and its kernel (an online
 softmax over blocks of keys, ember/loops/lower/ops/attention.py) against the reference:
 masks, rows whose keys are all masked, key counts that are not a multiple of the block,
 query rows that are not a multiple of the row group."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -51,6 +54,8 @@ def numpy_attention(q, kt, v, mask=None):
     ((3, 9, 16, 70, 8), 3),        # keys past a block, rows past a group, a mask per batch
     ((12, 32, 64, 128, 64), 1),    # BERT's heads
     ((2, 5, 8, 64, 16), None),     # no mask
+    ((2, 6, 40, 300, 130), 1),     # a partial second block of keys, a partial tile of columns
+    ((1, 4, 16, 512, 64), None),   # two whole blocks of keys
 ])
 def test_kernel_matches_the_reference(shape, mask) -> None:
     graph = attention_graph(*shape, mask=mask)
@@ -61,6 +66,15 @@ def test_kernel_matches_the_reference(shape, mask) -> None:
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     if mask is not None:
         assert (got[:, 1] == 0).all()  # the row with every key masked
+
+
+def test_a_block_without_keys_leaves_the_row_to_later_blocks() -> None:
+    """A row whose first block of keys is all masked starts its softmax in the second."""
+    graph = attention_graph(1, 4, 8, 600, 16, mask=1)
+    arrays = inputs_for(graph, masked_row=False)
+    arrays[3][0, 2, :400] = -np.inf
+    got = ember.compile(graph, config=CPU)(*arrays)[0]
+    np.testing.assert_allclose(got, numpy_attention(*arrays), rtol=1e-4, atol=1e-5)
 
 
 def test_a_row_without_keys_is_nan_unless_empty_rows_zero() -> None:
@@ -114,3 +128,36 @@ def test_the_pass_leaves_other_matmuls_alone() -> None:
     g.output(g.matmul(g.relu(g.matmul(a, b)), c))
     graph = run_passes(g.build(), ["fuse_attention"])
     assert [op.name for op in graph.walk()].count("attention") == 0
+
+
+@pytest.mark.parametrize("shapes, mask, causal, scale", [
+    (((2, 3, 10, 8), (2, 3, 12, 8), (2, 3, 12, 5)), None, False, math.nan),
+    (((2, 3, 10, 8), (2, 3, 12, 8), (2, 3, 12, 5)), None, True, math.nan),
+    (((2, 3, 10, 8), (2, 3, 12, 8), (2, 3, 12, 5)), ("bool", (10, 12)), False, math.nan),
+    (((2, 3, 10, 8), (2, 3, 12, 8), (2, 3, 12, 5)), ("f32", (2, 1, 1, 12)), False, 0.5),
+    (((2, 3, 10, 8), (1, 3, 12, 8), (2, 3, 12, 5)), ("f32", (3, 10, 12)), False, 0.3),
+    (((10, 8), (12, 8), (12, 5)), ("f32", (12,)), False, math.nan),
+])
+def test_the_pass_forms_attention_from_sdpa(shapes, mask, causal, scale) -> None:
+    """The sdpa composite (ONNX's Attention, torch.compile's graphs): one graph.attention
+    over the batch dims, with broadcast k, masks shared by heads or not, causal, and a
+    boolean mask whose all-false row gives NaN as the composite does."""
+    g = Builder("sdpa")
+    ins = [g.input(name, "f32", shape) for name, shape in zip("qkv", shapes)]
+    if mask is not None:
+        ins.append(g.input("m", mask[0], mask[1]))
+    g.output(g.sdpa(*ins, is_causal=causal, scale=scale))
+    graph = g.build()
+    arrays = [RNG.standard_normal(v.shape).astype(np.float32) for v in graph.inputs]
+    if mask is not None and mask[0] == "bool":
+        arrays[3] = RNG.random(mask[1]) < 0.7
+        arrays[3][4] = False
+    want = interpret(graph, arrays)[0]
+    fused = run_passes(graph, ["fuse_attention", "dce"])
+    names = [op.name for op in fused.walk()]
+    assert names.count("attention") == 1 and "sdpa" not in names
+    np.testing.assert_allclose(interpret(fused, arrays)[0], want, rtol=1e-5, atol=1e-6)
+    got = ember.compile(graph, config=CPU)(*arrays)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert np.isnan(got).sum() == np.isnan(want).sum() == (30 if mask and mask[0] == "bool"
+                                                            else 0)

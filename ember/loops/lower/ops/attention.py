@@ -1,33 +1,42 @@
 """Scaled dot-product attention as one kernel with an online softmax (FlashAttention's
-recurrence, per query row): the scores of a row are never stored whole.
+recurrence, for a group of query rows): the scores of a row are never stored whole.
 
-For each batch b and query row i, the keys are taken in blocks of KEY_BLOCK:
+For each batch b and group of ROW_GROUP query rows, the keys are taken in blocks of at
+most KEY_BLOCK:
 
-    top = -inf; total = 0; acc[0:E] = 0
+    top = -inf; total = 0; acc[0:E] = 0                                        per row
     for each block of keys [k0, k0 + n):
-      s[0:n] = q[b, i, :] @ kt[b, :, k0:k0+n] (+ mask[b, i, k0:k0+n])     vectors over keys
+      s[0:n] = q[b, i, :] @ kt[b, :, k0:k0+n] (+ mask[b, i, k0:k0+n])
       new = max(top, max(s))
       corr = exp(top - new); s = exp(s - new)            (0 and unchanged where new is -inf)
       total = total * corr + sum(s)
-      acc = acc * corr + s @ v[b, k0:k0+n, :]                              vectors over E
+      acc = acc * corr + s @ v[b, k0:k0+n, :]
       top = new
     out[b, i, :] = acc / total                 (0 for a row of -inf scores, empty_rows_zero)
 
-so a block rescales what came before it by exp(old max - new max). Query rows go in groups
-of ROW_GROUP (unrolled), so that each load of kt and v serves them all; the batch loop is
-the one the default schedule parallelizes. It is 2x slower than the unfused GEMMs and
-softmax here (12 heads, sequence 128: 0.93 against 0.38 ms), which is why compiles form
-it only on request; the scores' row maxima and sums are serial loops, and the tiles' stay
-in registers is the next thing to check. f32 only: the graph pass that forms this op
-(ember/graph/passes/attention.py) makes it for f32 attention only.
+so a block rescales what came before it by exp(old max - new max). The two products are
+register tiles, the group's rows by TILE_VECTORS vectors of keys (of output columns for
+`s @ v`) with the sum along the innermost serial loop: each load of kt or v serves every
+row of the group, each load of q or s a row of vectors. A block's max and sum are
+vectorized loops that reduce across their lanes (ember/codegen/vector.py): as serial
+loops they were chains of dependent instructions as long as the block, and the kernel
+took 2x the time of the unfused GEMMs and softmax; now it takes less (12 heads of 64, one
+thread: 0.53 ms for the kernel at sequence 128, the unfused graph 0.64 in all; 137 against
+168 ms at 2048). The batch loop is the one the default schedule parallelizes. f32 only:
+the graph pass that forms this op (ember/graph/passes/attention.py) makes it for f32
+attention only.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
 
 from ember.dtypes import DType
 from ember.errors import UnsupportedOpError
 from ember.loops.ir import (
     Binary,
+    Buffer,
     Const,
     Expr,
     Fma,
@@ -41,13 +50,19 @@ from ember.loops.ir import (
     binary,
 )
 from ember.loops.lower.core import LowerContext, lowering
+from ember.loops.schedule import f32_lanes
 
-KEY_BLOCK = 64  # keys per block: a row's block of scores is 4 AVX-512 or 8 AVX2 registers
+KEY_BLOCK = 256  # keys per block: the scores of a group's rows take 4 KiB
 ROW_GROUP = 4  # query rows at once: each load of kt and v serves them all
+TILE_VECTORS = 4  # vectors per row of a register tile: 4 x 4 accumulators
 
 F32 = DType.f32
 NEG_INF = Const(float("-inf"), F32)
 ZERO = Const(0.0, F32)
+
+
+def _ceil_div(a: Expr | int, b: int) -> Expr:
+    return binary("floordiv", binary("add", a, Const(b - 1)), Const(b))
 
 
 @lowering("attention")
@@ -59,25 +74,42 @@ def attention(ctx: LowerContext) -> list[Stmt]:
         raise UnsupportedOpError(f"graph.attention lowers for f32 only, not {q.dtype}")
     batch, rows, dim = q.shape
     keys, width = kt.shape[2], v.shape[2]
-    block = max(1, min(KEY_BLOCK, keys))
+    lanes = f32_lanes()
+    tile = TILE_VECTORS * lanes
     group = max(1, min(ROW_GROUP, rows))
-    scores, acc = ctx.local(F32, (group, block)), ctx.local(F32, (group, width))
-    top, total, part, fresh, corr = (ctx.local(F32, (group,)) for _ in range(5))
+    block = min(KEY_BLOCK, keys)
+    scores = ctx.local(F32, (group, block))
+    acc = ctx.local(F32, (group, width))
+    top, total, part, fresh, corr, shift = (ctx.local(F32, (group,)) for _ in range(6))
 
-    def at(buf, *index: Expr) -> Load:
+    def at(buf: Buffer, *index: Expr) -> Load:
         return Load(buf.name, tuple(index), F32)
 
-    def put(buf, index: tuple, value: Expr) -> Store:
+    def put(buf: Buffer, index: tuple, value: Expr) -> Store:
         return Store(buf.name, index, value)
 
-    def loop(stop: Expr | int, body, kind: str = "serial") -> For:
+    def loop(stop: Expr | int, body: Callable[[Expr], list[Stmt]], kind: str = "serial",
+             start: Expr | int = 0) -> For:
         j = ctx.var("j")
-        return For(j, Const(0), stop if isinstance(stop, Expr) else Const(stop), body(j), 1,
-                   kind)
+        return For(j, start if isinstance(start, Expr) else Const(start),
+                   stop if isinstance(stop, Expr) else Const(stop), body(j), 1, kind)
 
-    def each_row(body) -> For:
-        """body(ii) for the group's rows, unrolled: their vectors share each load of kt, v."""
+    def vector(stop: Expr | int, body: Callable[[Expr], list[Stmt]]) -> For:
+        return loop(stop, body, "vectorized")
+
+    def each_row(body: Callable[[Expr], list[Stmt]]) -> For:
+        """body(ii) for the group's rows, unrolled: their vectors share each load."""
         return loop(group, body, "unrolled")
+
+    def tiles(extent: Expr | int, size: int, known: bool,
+              body: Callable[[Expr, Expr | int], list[Stmt]]) -> For:
+        """body(start, count) over [0, extent) in tiles of `size`; `known` when `extent` is a
+        whole number of them (the counts are then constant)."""
+        if known:
+            return loop(extent // size if isinstance(extent, int) else _ceil_div(extent, size),
+                        lambda t: body(t * size, size))
+        return loop(_ceil_div(extent, size), lambda t: body(
+            t * size, binary("min", Const(size), binary("sub", extent, t * size))))
 
     def rows_of(b: Expr, r0: Expr) -> list[Stmt]:
         def row(ii: Expr) -> Expr:  # rows past the end repeat the last (never stored)
@@ -85,55 +117,75 @@ def attention(ctx: LowerContext) -> list[Stmt]:
 
         def key_block(kb: Expr) -> list[Stmt]:
             k0 = kb * block
-            count = Const(block) if keys % block == 0 else binary("min", Const(block),
-                                                                    Const(keys) - k0)
+            whole = keys % block == 0
+            count = Const(block) if whole else binary("min", Const(block),
+                                                        binary("sub", Const(keys), k0))
+
             def s(ii: Expr, j: Expr) -> Load:
                 return at(scores, ii, j)
 
-            stmts: list[Stmt] = [
-                each_row(lambda ii: [loop(count, lambda j: [put(scores, (ii, j), ZERO)],
-                                          "vectorized")]),
-                loop(dim, lambda d: [each_row(lambda ii: [loop(count, lambda j: [
-                    put(scores, (ii, j), Fma(ctx.load(0, [b, row(ii), d]),
-                                             ctx.load(1, [b, d, k0 + j]), s(ii, j)))],
-                    "vectorized")])]),
-            ]
-            if mask is not None:
-                mb = b if mask.shape[0] == batch and batch > 1 else Const(0)
-                stmts.append(each_row(lambda ii: [loop(count, lambda j: [
-                    put(scores, (ii, j), Binary("add", s(ii, j),
-                                                ctx.load(3, [mb, row(ii), k0 + j])))],
-                    "vectorized")]))
+            def score_tile(t0: Expr, n: Expr | int) -> list[Stmt]:
+                stmts: list[Stmt] = [
+                    each_row(lambda ii: [vector(n, lambda j: [put(scores, (ii, t0 + j),
+                                                                  ZERO)])]),
+                    loop(dim, lambda d: [each_row(lambda ii: [vector(n, lambda j: [
+                        put(scores, (ii, t0 + j), Fma(
+                            ctx.load(0, [b, row(ii), d]), ctx.load(1, [b, d, k0 + t0 + j]),
+                            s(ii, t0 + j)))])])]),
+                ]
+                if mask is not None:
+                    mb = b if mask.shape[0] == batch and batch > 1 else Const(0)
+                    stmts.append(each_row(lambda ii: [vector(n, lambda j: [
+                        put(scores, (ii, t0 + j), Binary(
+                            "add", s(ii, t0 + j), ctx.load(3, [mb, row(ii), k0 + t0 + j])))])]))
+                return stmts
 
-            def softmax_step(ii: Expr) -> list[Stmt]:
+            key_tiles = partial(tiles, count if not whole else block, tile,
+                                whole and block % tile == 0)
+
+            def reduce_into(buf: Buffer, op: str, first: Expr,
+                            lanes_of: Callable[[Expr, Expr], list[Stmt]]) -> list[Stmt]:
+                """buf[ii] = op over the block's scores of row ii, from `first`, the tile's
+                lanes reduced by vector code (ember/codegen/vector.py)."""
+                return [each_row(lambda ii: [put(buf, (ii,), first)]),
+                        key_tiles(lambda t0, n: [each_row(lambda ii: [vector(
+                            n, lambda j: [*lanes_of(ii, t0 + j), put(buf, (ii,), Binary(
+                                op, at(buf, ii), s(ii, t0 + j)))])])])]
+
+            def block_max(ii: Expr) -> list[Stmt]:
                 new = at(fresh, ii)
                 empty = Binary("eq", new, NEG_INF)
                 return [
-                    put(part, (ii,), NEG_INF),
-                    loop(count, lambda j: [put(part, (ii,), Binary("max", at(part, ii),
-                                                                    s(ii, j)))]),
                     put(fresh, (ii,), Binary("max", at(top, ii), at(part, ii))),
                     put(corr, (ii,), Select(empty, ZERO,
                                             Unary("exp", Binary("sub", at(top, ii), new)))),
-                    loop(count, lambda j: [put(scores, (ii, j), Unary(
-                        "exp", Binary("sub", s(ii, j), Select(empty, ZERO, new))))],
-                        "vectorized"),
-                    put(part, (ii,), ZERO),
-                    loop(count, lambda j: [put(part, (ii,), Binary("add", at(part, ii),
-                                                                    s(ii, j)))]),
-                    put(total, (ii,), Fma(at(total, ii), at(corr, ii), at(part, ii))),
-                    loop(width, lambda e: [put(acc, (ii, e), Binary("mul", at(acc, ii, e),
-                                                                     at(corr, ii)))],
-                         "vectorized"),
+                    put(shift, (ii,), Select(empty, ZERO, new)),
                     put(top, (ii,), new),
                 ]
 
-            stmts += [
-                each_row(softmax_step),
-                loop(count, lambda j: [each_row(lambda ii: [loop(width, lambda e: [
-                    put(acc, (ii, e), Fma(s(ii, j), ctx.load(2, [b, k0 + j, e]),
-                                          at(acc, ii, e)))], "vectorized")])]),
+            def exp_shifted(ii: Expr, k: Expr) -> list[Stmt]:
+                return [put(scores, (ii, k), Unary("exp", Binary("sub", s(ii, k),
+                                                                  at(shift, ii))))]
+
+            stmts = [
+                key_tiles(score_tile),
+                *reduce_into(part, "max", NEG_INF, lambda ii, k: []),
+                each_row(block_max),
+                *reduce_into(part, "add", ZERO, exp_shifted),
+                each_row(lambda ii: [put(total, (ii,), Fma(at(total, ii), at(corr, ii),
+                                                           at(part, ii)))]),
             ]
+
+            def value_tile(e0: Expr, n: Expr | int) -> list[Stmt]:
+                return [
+                    each_row(lambda ii: [vector(n, lambda e: [put(acc, (ii, e0 + e), Binary(
+                        "mul", at(acc, ii, e0 + e), at(corr, ii)))])]),
+                    loop(count, lambda j: [each_row(lambda ii: [vector(n, lambda e: [
+                        put(acc, (ii, e0 + e), Fma(s(ii, j), ctx.load(2, [b, k0 + j, e0 + e]),
+                                                   at(acc, ii, e0 + e)))])])]),
+                ]
+
+            stmts.append(tiles(width, tile, width % tile == 0, value_tile))
             return stmts
 
         def finish(ii: Expr) -> list[Stmt]:
@@ -143,15 +195,15 @@ def attention(ctx: LowerContext) -> list[Stmt]:
                     result = Select(Binary("eq", at(total, ii), ZERO), ZERO, result)
                 return result
 
-            store = [loop(width, lambda e: [Store(out.name, (b, r0 + ii, e), value(e))],
-                          "vectorized")]
+            store = [tiles(width, tile, width % tile == 0, lambda e0, n: [vector(
+                n, lambda e: [Store(out.name, (b, r0 + ii, e0 + e), value(e0 + e))])])]
             if rows % group == 0:
                 return store
             return [If(Binary("lt", r0 + ii, Const(rows)), store, [])]
 
         return [each_row(lambda ii: [put(top, (ii,), NEG_INF), put(total, (ii,), ZERO),
-                                     loop(width, lambda e: [put(acc, (ii, e), ZERO)],
-                                          "vectorized")]),
+                                     tiles(width, tile, width % tile == 0, lambda e0, n: [
+                                         vector(n, lambda e: [put(acc, (ii, e0 + e), ZERO)])])]),
                 loop(-(-keys // block), key_block),
                 each_row(finish)]
 
