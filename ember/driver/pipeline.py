@@ -132,7 +132,10 @@ def kernel_table(program) -> list[dict]:
 
     table = []
     for kernel in program.kernels:
-        ops = kernel.origin.split("[", 1)[1].rstrip("]").split(", ") if "[" in kernel.origin \
+        # A fused kernel's origin ends with its members, "[a, b]"; the op's own location
+        # before them may quote a source line with brackets of its own.
+        ops = kernel.origin.rsplit(" [", 1)[1].rstrip("]").split(", ") \
+            if kernel.origin.endswith("]") and " [" in kernel.origin \
             else [kernel.origin.split(" ", 1)[0].removeprefix("graph.")]
         table.append({"name": kernel.name, "ops": ops, "origin": kernel.origin,
                       "bytes": param_bytes(kernel), "flops": flops(kernel),

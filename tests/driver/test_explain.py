@@ -31,6 +31,19 @@ def test_explain_lists_each_kernel_with_its_ops_and_bytes() -> None:
     assert "matmul + add + max" in text and "2 kernels (2 fused) for 8 graph ops" in text
 
 
+def test_ops_come_from_the_members_not_a_quoted_source_line() -> None:
+    """Origins quote source lines, which may hold brackets of their own."""
+    b = ember.Builder("quoted")
+    x, w = b.input("x", "f32", (16, 32)), b.input("w", "f32", (32, 8))
+    y = b.matmul(x, w, loc="m.py:3: y = x[0] @ w[1:]")
+    b.output(b.exp(b.matmul(b.relu(y, loc="m.py:4: z = act[kind](y)"), b.transpose(
+        w, perm=[1, 0]), loc="m.py:5: return z @ w.T[..]")))
+    compiled = ember.compile(b.build(), config=ember.Config(executor="cpu", disk_cache=False))
+    report = ember.explain(compiled, measure=False)
+    assert sorted(k.ops for k in report.kernels) == [
+        ["matmul", "exp"], ["matmul", "max"], ["transpose"]]
+
+
 def test_explain_works_from_the_disk_cache(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
     config = ember.Config(executor="cpu")
