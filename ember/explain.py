@@ -153,7 +153,7 @@ def explain(compiled: Any, measure: bool = True, budget_seconds: float = 0.2) ->
                   "in sequence" if in_sequence is not None else "alone")
 
 
-def _scratch(params: list) -> list[np.ndarray]:
+def scratch_arrays(params: list) -> list[np.ndarray]:
     """Buffers for a kernel's parameters: small random values (indices stay in range: the
     generated code clamps data-dependent indices anyway)."""
     from ember.dtypes import DType
@@ -172,7 +172,7 @@ def _scratch(params: list) -> list[np.ndarray]:
 def _scratch_io(executable: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Scratch inputs and outputs for a whole run of `executable`."""
     iface = executable.interface
-    return tuple(_scratch([[b.dtype.value, list(b.shape)] for b in buffers])
+    return tuple(scratch_arrays([[b.dtype.value, list(b.shape)] for b in buffers])
                  for buffers in (iface.inputs, iface.outputs))
 
 
@@ -192,7 +192,7 @@ def _time_kernel(executable: Any, name: str, params: list, budget: float) -> flo
     import ctypes
 
     fn = executable.engine.kernel(name, len(params))
-    arrays = _scratch(params)
+    arrays = scratch_arrays(params)
     pointers = [ctypes.c_void_p(a.ctypes.data) for a in arrays]
     return _repeat(lambda: fn(*pointers), budget)
 

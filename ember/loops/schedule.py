@@ -289,10 +289,14 @@ def _lanes(loop: For, lane: str, first: Expr, count: int) -> For:
                _substitute(loop.body, {loop.var.name: Var(lane) + first}), kind="vectorized")
 
 
+def schedule_kernel(kernel: Kernel) -> Kernel:
+    """`kernel` with its index arithmetic simplified by the loops' ranges (divisions that
+    inlined reshapes leave) and the default schedule applied: transposes in blocks,
+    parallel outer loops, vectorized inner ones."""
+    return vectorize_inner_loops(default_schedule(block_transposes(simplify_kernel(kernel))))
+
+
 def schedule_program(program: Program) -> Program:
-    """`program` with its index arithmetic simplified by the loops' ranges (divisions that
-    inlined reshapes leave) and the default schedule applied, kernel by kernel: parallel
-    outer loops, vectorized inner ones."""
-    program.kernels = [vectorize_inner_loops(default_schedule(block_transposes(
-        simplify_kernel(k)))) for k in program.kernels]
+    """`program` with each kernel scheduled by `schedule_kernel`."""
+    program.kernels = [schedule_kernel(k) for k in program.kernels]
     return program

@@ -1,6 +1,6 @@
-"""The tuner: a tuned compile searches matmul schedules in a worker process, keeps the
-winner in the database, and later tuned compiles reuse it; a crashing candidate does not
-take the caller down."""
+"""The tuner: a tuned compile searches matmul schedules, and other lowerings' knobs, in a
+worker process, keeps the winner in the database, and later tuned compiles reuse it; a
+crashing candidate does not take the caller down."""
 
 from __future__ import annotations
 
@@ -8,10 +8,13 @@ import ctypes
 import json
 
 import numpy as np
+import pytest
 
 import ember
-from ember.loops.tune import TuningDatabase
-from ember.loops.tune.gemm import run_isolated
+from ember.driver.pipeline import lower_to_program
+from ember.loops.text import parse_kernel, print_kernel
+from ember.loops.tune import TuningDatabase, knobs
+from ember.loops.tune.worker import run_isolated
 
 
 def _crash() -> None:
@@ -72,3 +75,79 @@ def test_a_packed_matrix_is_tuned_as_packed(monkeypatch, tmp_path) -> None:
     entries = json.loads((tmp_path / "tuning.json").read_text())
     (key, record), = entries.items()
     assert key.startswith("gemm/-/48x300x256/f32/p") and record["seconds"] > 0
+
+
+# -- knobs: the parameters of other lowerings ------------------------------------------------
+
+def attention_graph(name: str = "att"):
+    b = ember.Builder(name)
+    ins = [b.input("q", "f32", (2, 24, 16)), b.input("kt", "f32", (2, 16, 40)),
+           b.input("v", "f32", (2, 40, 16))]
+    b.output(b.op("attention", ins, {"empty_rows_zero": False}).result)
+    return b.build()
+
+
+def test_knobs_are_the_defaults_outside_a_tuned_lowering() -> None:
+    assert knobs.knobs("k", {"a": 1, "b": 2}, a=(1, 3)) == {"a": 1, "b": 2}
+
+
+def test_value_sets_start_with_the_defaults_and_sample_the_choices() -> None:
+    asked = {"k": ({"a": 1, "b": 2}, {"a": (1, 3, 5), "b": (2, 4)})}
+    sets = knobs.value_sets(asked)
+    assert sets[0] == {"k": {"a": 1, "b": 2}} and len(sets) == 6
+    assert sorted((s["k"]["a"], s["k"]["b"]) for s in sets) == [
+        (a, b) for a in (1, 3, 5) for b in (2, 4)]
+    big = {"k": ({"a": 0}, {"a": tuple(range(100))})}
+    assert len(knobs.value_sets(big)) == knobs.MAX_CANDIDATES
+
+
+def test_tuned_compile_searches_a_kernels_knobs_and_reuses_them(monkeypatch, tmp_path,
+                                                                 capsys) -> None:
+    """The attention kernel's knobs are searched once; the winner is stored under a key of
+    the kernel's loop IR (not its name or place: another graph with the same attention
+    measures nothing), and lowering with the database uses the stored values."""
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    config = ember.Config(executor="cpu", disk_cache=False, tune=True, tune_budget=1.0)
+    graph = attention_graph()
+    arrays = [np.random.default_rng(2).standard_normal(v.shape).astype(np.float32)
+              for v in graph.inputs]
+    np.testing.assert_allclose(ember.compile(graph, config=config)(*arrays)[0],
+                               ember.interpret(graph, arrays)[0], rtol=1e-5, atol=1e-5)
+    assert "tuning attention -> f32[2,24,16]" in capsys.readouterr().err
+    entries = json.loads((tmp_path / "tuning.json").read_text())
+    (key, record), = entries.items()
+    assert key.startswith("attention/") and record["tried"] >= 1 and record["seconds"] > 0
+    assert set(record["knobs"]["attention"]) == {"key_block", "row_group", "tile_vectors"}
+    ember.compile(attention_graph("another"), config=config)
+    assert "tuning" not in capsys.readouterr().err
+    # A stored winner (here: groups of 2 query rows) is what a tuned lowering uses.
+    record["knobs"]["attention"].update(row_group=2, key_block=64)
+    (tmp_path / "tuning.json").write_text(json.dumps({key: record}))
+    program, _ = lower_to_program(graph, config)
+    text = print_kernel(program.kernels[0])
+    assert "f32[2,40]" in text and "f32[2,16]" in text  # the scores and sums of 2 rows
+    untuned, _ = lower_to_program(graph, ember.Config(executor="cpu", disk_cache=False))
+    assert "f32[4,40]" in print_kernel(untuned.kernels[0])
+
+
+@pytest.mark.parametrize("measured, winner", [
+    ([(0, 1.0), (1, 0.99), (2, 1.2)], 0),   # within MIN_GAIN of the defaults: keep them
+    ([(0, 1.0), (1, 0.9), (2, 0.8)], 2),    # clearly faster
+    ([(1, 0.9)], 1),                         # the defaults failed to build
+])
+def test_the_defaults_stay_unless_clearly_beaten(monkeypatch, tmp_path, measured,
+                                                 winner) -> None:
+    monkeypatch.setattr(knobs, "search", lambda *args: measured)
+    db = TuningDatabase(tmp_path / "tuning.json")
+    asked = knobs._Asked()
+    asked.asked["k"] = ({"a": 1}, {"a": (1, 2, 3)})
+    distinct = iter(range(100))
+
+    def lower():  # each value set lowers to a kernel of its own
+        value = knobs.knobs("k", {"a": 1}, a=(1, 2, 3))["a"]
+        return parse_kernel(f"kernel @k(%y: f32[{value}, {next(distinct) + 1}]) {{\n}}")
+
+    monkeypatch.setattr(knobs, "value_sets", lambda asked: [
+        {"k": {"a": a}} for a in (1, 2, 3)])
+    record = knobs.tune_kernel(lower, asked, lower(), "k/x/cpu", 1, db, 1.0)
+    assert record["knobs"] == {"k": {"a": winner + 1}} and db.get("k/x/cpu") == record

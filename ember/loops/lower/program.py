@@ -28,6 +28,7 @@ from ember.loops.ir import (
 )
 from ember.loops.lower.core import LowerContext, find_lowering
 from ember.loops.lower.fused import lower_fused
+from ember.loops.tune.knobs import tuned_kernel
 
 
 def lower_graph(graph: Graph) -> Program:
@@ -103,20 +104,27 @@ class _Lowerer:
 
     def lower_op(self, op: Op, outputs: set[Value]) -> Call:
         if op.name == "fused":
-            body, inputs, results, locals_ = lower_fused(op, self.graph)
             members = [m.name for m in op.regions[0].ops if m.name != "constant"]
             name = "_".join(list(dict.fromkeys(members))[:3])
             origin = f"{op.where()} [{', '.join(members)}]"
+
+            def lower() -> Kernel:
+                body, inputs, results, locals_ = lower_fused(op, self.graph)
+                return Kernel("k", [*inputs, *results], body, locals_)
         else:
             fn = find_lowering(op.name)
             if fn is None:
                 raise UnsupportedOpError(f"{op.where()}: no lowering to loops for"
                                          f" graph.{op.name}")
-            ctx = LowerContext(op)
-            body, inputs, results, locals_ = fn(ctx), ctx.inputs, ctx.outputs, ctx.locals
             name, origin = op.name, op.where()
-        kernel = Kernel(f"k{len(self.kernels)}_{name}", [*inputs, *results], body, locals_,
-                        origin)
+
+            def lower() -> Kernel:
+                ctx = LowerContext(op)
+                body = fn(ctx)
+                return Kernel("k", [*ctx.inputs, *ctx.outputs], body, ctx.locals)
+        lowered = tuned_kernel(lower, len(op.results))
+        kernel = Kernel(f"k{len(self.kernels)}_{name}", lowered.params, lowered.body,
+                        lowered.locals, origin)
         self.kernels.append(kernel)
         results = []
         for value in op.results:

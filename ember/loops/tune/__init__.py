@@ -3,8 +3,10 @@
 `Config(tune=True)` (or EMBER_TUNE=1) makes a compile tune every matmul shape the database
 does not know yet, within a time budget per shape, and lower every matmul with the best
 schedule found (ember/loops/schedules/gemm.py); later compiles with `tune=True` reuse the
-winners. Candidates run in a separate process, so that one that crashes cannot take the
-caller down.
+winners. Other lowerings declare the parameters worth searching as knobs (`knobs.py`), and
+each kernel that has some is searched the same way, keyed by a hash of its loop IR.
+Candidates run in a separate process (`worker.py`), so that one that crashes cannot take
+the caller down.
 """
 
 from ember.loops.tune.context import chosen_gemm_schedule, using_database

@@ -1,5 +1,6 @@
 """Which schedules the lowering uses: while `using_database(db)` is active (a tuned
-compile), the matmul lowering asks `chosen_gemm_schedule` for the database's winner."""
+compile), the matmul lowering asks `chosen_gemm_schedule` for the database's winner, and
+other lowerings' knobs come from it (ember/loops/tune/knobs.py)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,15 @@ def using_database(db: Any, tune: bool = False, budget_seconds: float = 10.0):
         _DATABASE.reset(token)
 
 
+def active_database() -> tuple[Any, bool, float] | None:
+    """(the database, whether to search what it lacks, the budget per search) while a tuned
+    compile is lowering, else None."""
+    return _DATABASE.get()
+
+
 def chosen_gemm_schedule(g: Any) -> Any:
     """The tuned GemmSchedule for matmul `g` when a tuned compile is lowering it, else None."""
-    active = _DATABASE.get()
+    active = active_database()
     if active is None:
         return None
     db, tune, budget = active

@@ -10,23 +10,13 @@ restarted).
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
-import multiprocessing
 import random
-import sys
 import time
 from typing import Any
 
 from ember.loops.tune.database import TuningDatabase
-
-
-def _target() -> str:
-    import llvmlite.binding as llvm
-
-    from ember.codegen.cpu import default_num_threads
-
-    return f"{llvm.get_host_cpu_name()}/t{default_num_threads()}"
+from ember.loops.tune.worker import search, target_name
 
 
 def gemm_key(batch: tuple, m: int, n: int, depth: int, dtype: Any, b_batched: bool = False,
@@ -34,7 +24,7 @@ def gemm_key(batch: tuple, m: int, n: int, depth: int, dtype: Any, b_batched: bo
     extents = "x".join(str(e) for _, e in batch) or "-"
     name = getattr(dtype, "value", dtype)
     b = f"p{b_panels}" if b_panels else "bb" if b_batched else "b"
-    return f"gemm/{extents}/{m}x{n}x{depth}/{name}/{b}/{_target()}"
+    return f"gemm/{extents}/{m}x{n}x{depth}/{name}/{b}/{target_name()}"
 
 
 def key_of(g: Any) -> str:
@@ -111,42 +101,6 @@ def measure(spec: dict, schedule: dict, repeat: int = 5) -> float:
     return best
 
 
-def _pool() -> concurrent.futures.ProcessPoolExecutor:
-    return concurrent.futures.ProcessPoolExecutor(
-        max_workers=1, mp_context=multiprocessing.get_context("spawn"))
-
-
-def run_isolated(fn, *args, timeout: float = 120.0, pool=None) -> tuple[Any, str | None]:
-    """fn(*args) in a worker process: (result, None), or (None, why) when it raised, crashed
-    or ran out of time. The caller survives a crash of the worker."""
-    own = pool is None
-    pool = pool or _pool()
-    try:
-        return pool.submit(fn, *args).result(timeout=timeout), None
-    except concurrent.futures.process.BrokenProcessPool:
-        return None, "the worker process crashed"
-    except concurrent.futures.TimeoutError:
-        return None, f"timed out after {timeout:.0f} s"
-    except Exception as e:  # noqa: BLE001  (a candidate's failure is a result, not an error)
-        return None, f"{type(e).__name__}: {e}"
-    finally:
-        if own:
-            pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _progress(label: str, done: int, total: int, best: float | None) -> None:
-    if not sys.stderr.isatty() and done != total:
-        return  # a log, not a terminal: the final line only
-    width = 24
-    filled = int(width * done / max(total, 1))
-    best_text = f"best {1e3 * best:.3f} ms" if best is not None else ""
-    sys.stderr.write(f"\rtuning {label} [{'#' * filled}{'.' * (width - filled)}]"
-                     f" {done}/{total} {best_text}")
-    if done == total:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
-
-
 def tune_gemm(g: Any, db: TuningDatabase, budget_seconds: float = 10.0,
               max_candidates: int = 24) -> dict:
     """Search schedules for matmul `g` (a Gemm), store the winner in `db`; returns its
@@ -165,29 +119,12 @@ def tune_gemm(g: Any, db: TuningDatabase, budget_seconds: float = 10.0,
     options = candidates(default_gemm_schedule(g), lanes)[:max_candidates]
     label = f"matmul {'x'.join(map(str, spec['batch'])) + 'x' if spec['batch'] else ''}" \
             f"{g.m}x{g.n}x{g.depth}"
-    best: tuple[float, Any] | None = None
-    tried = 0
-    deadline = time.perf_counter() + budget_seconds
-    pool = _pool()
-    try:
-        for schedule in options:
-            if tried and time.perf_counter() > deadline:
-                break
-            seconds, why = run_isolated(measure, spec, dataclasses.asdict(schedule),
-                                        pool=pool)
-            tried += 1
-            if why is not None and "crashed" in why:
-                pool.shutdown(wait=False, cancel_futures=True)
-                pool = _pool()
-            if seconds is not None and (best is None or seconds < best[0]):
-                best = (seconds, schedule)
-            if tried < len(options):
-                _progress(label, tried, len(options), best[0] if best else None)
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-    _progress(label, tried, tried, best[0] if best else None)  # the budget ends the search
-    if best is None:  # nothing built: keep the default, unmeasured
-        best = (float("nan"), options[0])
-    record = {"schedule": dataclasses.asdict(best[1]), "seconds": best[0], "tried": tried}
+    measured = search(label, options,
+                      lambda schedule: (measure, spec, dataclasses.asdict(schedule)),
+                      budget_seconds)
+    # Nothing built: keep the default, unmeasured.
+    winner, seconds = min(measured, key=lambda m: m[1], default=(options[0], float("nan")))
+    record = {"schedule": dataclasses.asdict(winner), "seconds": seconds,
+              "tried": len(measured)}
     db.put(key, record)
     return record

@@ -51,7 +51,9 @@ from ember.loops.ir import (
 )
 from ember.loops.lower.core import LowerContext, lowering
 from ember.loops.schedule import f32_lanes
+from ember.loops.tune.knobs import knobs
 
+# The defaults of the knobs a tuned compile searches (ember/loops/tune/knobs.py).
 KEY_BLOCK = 256  # keys per block: the scores of a group's rows take 4 KiB
 ROW_GROUP = 4  # query rows at once: each load of kt and v serves them all
 TILE_VECTORS = 4  # vectors per row of a register tile: 4 x 4 accumulators
@@ -74,10 +76,13 @@ def attention(ctx: LowerContext) -> list[Stmt]:
         raise UnsupportedOpError(f"graph.attention lowers for f32 only, not {q.dtype}")
     batch, rows, dim = q.shape
     keys, width = kt.shape[2], v.shape[2]
-    lanes = f32_lanes()
-    tile = TILE_VECTORS * lanes
-    group = max(1, min(ROW_GROUP, rows))
-    block = min(KEY_BLOCK, keys)
+    chosen = knobs("attention", {"key_block": KEY_BLOCK, "row_group": ROW_GROUP,
+                                 "tile_vectors": TILE_VECTORS},
+                   key_block=(64, 128, 256, 512), row_group=(2, 4, 6, 8),
+                   tile_vectors=(1, 2, 3, 4))
+    tile = chosen["tile_vectors"] * f32_lanes()
+    group = max(1, min(chosen["row_group"], rows))
+    block = min(chosen["key_block"], keys)
     scores = ctx.local(F32, (group, block))
     acc = ctx.local(F32, (group, width))
     top, total, part, fresh, corr, shift = (ctx.local(F32, (group,)) for _ in range(6))

@@ -12,6 +12,7 @@ The pooling lowerings (pool.py) share the window helpers here.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 from ember.codegen.vector import MAX_LOAD_STRIDE
@@ -42,6 +43,7 @@ from ember.loops.schedules.gemm import (
     schedule_matmul,
     wide_vectors,
 )
+from ember.loops.tune.knobs import knobs
 
 # -- shared helpers -----------------------------------------------------------------------
 
@@ -283,7 +285,14 @@ def conv_gemm(ctx: LowerContext) -> list[Stmt] | None:
     # is summed in one pass up to 8192 (ResNet's deepest is 4608): passes over a workspace
     # measured 2-4x slower on 3x3 convs. AVX-512's 32 registers take 8 rows of 16 (1-5%
     # faster on ResNet's convs than 6; 32 columns would leave fewer panels inside a row).
-    schedule = GemmSchedule(kc=8192, mr=8 if wide_vectors() else 6)
+    # A tuned compile searches the tile and blocks (ember/loops/tune/knobs.py).
+    lanes = 16 if wide_vectors() else 8
+    default = GemmSchedule(kc=8192, mr=8 if wide_vectors() else 6)
+    chosen = knobs("conv_gemm", {"mr": default.mr, "nr": default.nr, "mc": default.mc,
+                                 "nc": default.nc, "parallel": default.parallel},
+                   mr=(4, 6, 8), nr=(lanes, 2 * lanes), mc=(48, 96, 192), nc=(128, 256, 512),
+                   parallel=(2, 4, 8))
+    schedule = dataclasses.replace(default, **chosen)
 
     def b_panel(values: dict[str, Expr], col0: Expr, jj: Var) -> Expr:
         """B at column col0 + jj without a division on the lane (vector code has none):
@@ -372,6 +381,7 @@ def conv_gemm(ctx: LowerContext) -> list[Stmt] | None:
     return apply_gemm(ctx, g, schedule)
 
 
+# The defaults of the knobs a tuned compile searches (ember/loops/tune/knobs.py).
 DEPTHWISE_LANES = 16  # output columns per vector: one AVX-512 or two AVX2 registers
 DEPTHWISE_CHAINS = 8  # output vectors summed at once (accumulators held in registers)
 MAX_DEPTHWISE_PLANE = 1 << 16  # floats (256 KiB) of padded plane, on each thread's stack
@@ -418,7 +428,12 @@ def depthwise_conv(ctx: LowerContext) -> list[Stmt] | None:
     nb, channels, oh_n, ow_n = out.shape
     kh_n, kw_n = w.shape[2:]
     h, wd = x.shape[2:]
-    lanes = min(DEPTHWISE_LANES, ow_n)
+    # Rows of an odd width (7 columns) measured slower with several chains (960 channels
+    # 7x7: 0.046 -> 0.064 ms) and keep one by default (see `chains` below).
+    chosen = knobs("depthwise_conv", {"lanes": DEPTHWISE_LANES,
+                                      "chains": DEPTHWISE_CHAINS if ow_n % 2 == 0 else 1},
+                   lanes=(8, 16, 32), chains=(1, 2, 4, 8, 12))
+    lanes = min(chosen["lanes"], ow_n)
     blocks = (ow_n + lanes - 1) // lanes
     # The plane's rows and columns: what the taps of every (padded) output position read.
     # At column stride s its columns are dealt into s phases (column c at phase c % s,
@@ -437,9 +452,8 @@ def depthwise_conv(ctx: LowerContext) -> list[Stmt] | None:
     # taps wait on each other (4 cycles each), several vectors' interleave, and vertical
     # neighbours share the loads of their common rows. A group is `down` rows times
     # `across` blocks of a row, up to DEPTHWISE_CHAINS vectors (144 channels 56x56: 0.26
-    # -> 0.15 ms; 32 channels 112x112: 0.22 -> 0.13). Rows of an odd width (7 columns)
-    # measured slower that way (960 channels 7x7: 0.046 -> 0.064 ms) and keep one.
-    chains = DEPTHWISE_CHAINS if ow_n % 2 == 0 else 1
+    # -> 0.15 ms; 32 channels 112x112: 0.22 -> 0.13).
+    chains = chosen["chains"]
     down = largest_divisor(oh_n, chains)
     across = largest_divisor(blocks, chains // down)
     pad, acc = ctx.local(f32, (plane,)), ctx.local(f32, (down * across, lanes))

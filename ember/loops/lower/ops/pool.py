@@ -46,6 +46,7 @@ from ember.loops.lower.ops.linalg import (
     window_checks,
     window_position,
 )
+from ember.loops.tune.knobs import knobs
 
 # -- max_pool / avg_pool ------------------------------------------------------------------
 
@@ -82,6 +83,7 @@ def pool(ctx: LowerContext, geometry, init: Expr, combine: str, finish) -> list[
     return ctx.nest(ctx.outputs[0].shape, element)
 
 
+# The defaults of the knobs a tuned compile searches (ember/loops/tune/knobs.py).
 POOL_LANES = 16  # output columns per vector
 POOL_CHAINS = 8  # output vectors computed at once
 
@@ -112,11 +114,13 @@ def pool_rows(ctx: LowerContext, combine: str, dilations=(), finish=None) -> lis
         return None
     kernel, strides, pb, _, dilations, (oh_n, ow_n) = pool_geometry(ctx, dilations)
     nb, channels = out.shape[:2]
-    lanes = min(POOL_LANES, ow_n)
+    chosen = knobs("pool", {"lanes": POOL_LANES, "chains": POOL_CHAINS}, lanes=(8, 16, 32),
+                   chains=(1, 2, 4, 8))
+    lanes = min(chosen["lanes"], ow_n)
     blocks = (ow_n + lanes - 1) // lanes
     # Rows taken together, each its own chain (9 taps of a NaN-propagating max, several
     # instructions each, would wait on each other): 0.42 -> 0.23 ms.
-    down = largest_divisor(oh_n, POOL_CHAINS)
+    down = largest_divisor(oh_n, chosen["chains"])
     acc = ctx.local(f32, (down, lanes))
     nc, oh, ow0, kh, kw, r = (ctx.var(v) for v in ("nc", "oh", "ow0", "kh", "kw", "r"))
     n, c = (nc // channels, nc % channels) if nb > 1 else (Const(0), nc)
