@@ -2,15 +2,16 @@
 a kernel with an online softmax (ember/loops/lower/ops/attention.py).
 
 The pattern is what torch.export makes of `F.scaled_dot_product_attention` (BERT, GPT-2),
-with the scale already multiplied into q and k:
+with the scale already multiplied into q and k, and what ONNX exports of BERT hold:
 
-    s = matmul(q, kt)                          [H, L, S] (a view with leading 1s may follow)
-    x = s + mask                               optional; the mask broadcasts to [.., L, S]
+    s = matmul(q, kt)                    [*B, L, S] (for torch, a view with leading 1s follows)
+    x = s + mask                         optional; an f32 mask that broadcasts to [.., L, S]
     p = softmax(x, axis=-1)
     p = where(all(x == -inf along the row), 0, p)    optional ("safe" softmax)
-    o = matmul(p, v)                           [H, L, E] (through the view back to rank 3)
+    o = matmul(p, v)                     [*B, L, E] (for torch, through the view back)
 
-    ->  o = attention(q, kt, v, mask [1 or H, L, S]) {empty_rows_zero = whether the where was}
+    ->  o = attention(q, kt, v, mask [1 or prod(B), L, S]) {empty_rows_zero = whether the
+        where was}, on the batch dims B flattened
 
 The `sdpa` composite (ONNX's Attention, torch.compile's graphs) becomes the same op over
 its batch dims flattened (`attention_of_sdpa`).
@@ -81,10 +82,48 @@ def _all_masked_test(graph: Graph, cond: Value, x: Value) -> bool:
             and eq.operands[0] is x and _is_constant(graph, eq.operands[1], -math.inf))
 
 
+def _attention(b: Builder, q: Value, kt: Value, v: Value, mask: Value | None,
+               batch: list[int], empty_rows_zero: bool, loc: str | None) -> Value | None:
+    """attention(q, kt, v, mask) over the batch dims `batch` flattened, as [*batch, L, E]:
+    q [.., L, D], kt [.., D, S] and v [.., S, E] broadcast to the batch dims, an additive
+    f32 mask to [*batch, L, S] (one [1, L, S] for every head when its batch dims are 1s).
+    None when the mask has dims beyond the batch's that are not 1."""
+    rows, dim = q.shape[-2:]
+    keys, width = kt.shape[-1], v.shape[-1]
+
+    def flat(x: Value, last: tuple[int, int], lead: list[int] = batch) -> Value:
+        """x broadcast to [*lead, *last] and viewed as [prod(lead), *last]."""
+        if tuple(x.shape) == (math.prod(lead), *last):
+            return x
+        if tuple(x.shape) != (*lead, *last):
+            x = b.broadcast(x, shape=[*lead, *last], loc=loc)
+        return b.reshape(x, shape=[math.prod(lead), *last], loc=loc)
+
+    operands = [flat(q, (rows, dim)), flat(kt, (dim, keys)), flat(v, (keys, width))]
+    if mask is not None:
+        shape = [1] * (2 - len(mask.shape)) + list(mask.shape)
+        lead, last = shape[:-2], shape[-2:]
+        if all(d == 1 for d in lead):  # the same for every head
+            operands.append(flat(b.reshape(mask, shape=last, loc=loc)
+                                 if list(mask.shape) != last else mask, (rows, keys), [1]))
+        else:
+            extra = len(lead) - len(batch)
+            if any(d != 1 for d in lead[:max(extra, 0)]):
+                return None
+            aligned = [1] * max(-extra, 0) + lead[max(extra, 0):]
+            if list(mask.shape) != [*aligned, *last]:
+                mask = b.reshape(mask, shape=[*aligned, *last], loc=loc)
+            operands.append(flat(mask, (rows, keys)))
+    out = b.op("attention", operands, {"empty_rows_zero": empty_rows_zero}, loc=loc).result
+    if tuple(out.shape) == (*batch, rows, width):
+        return out
+    return b.reshape(out, shape=[*batch, rows, width], loc=loc)
+
+
 @attention_patterns.on("matmul")
 def form_attention(op: Op, b: Builder) -> list[Value] | None:
     weights, v = op.operands
-    if len(v.shape) != 3 or op.result.dtype is not DType.f32:
+    if len(weights.shape) < 3 or op.result.dtype is not DType.f32:
         return None
     p = _unview(weights)
     empty_rows_zero = False
@@ -110,65 +149,39 @@ def form_attention(op: Op, b: Builder) -> list[Value] | None:
     if scores_op is None or scores_op.result.shape != weights.shape:
         return None
     q, kt = scores_op.operands
-    heads, rows, keys = weights.shape
-    if len(q.shape) != 3 or len(kt.shape) != 3 or kt.shape[0] != heads or \
-            v.shape[:2] != (heads, keys):
+    *batch, rows, keys = weights.shape
+    if any(tuple(t.shape[:-2]) != tuple(batch) for t in (q, kt, v)) or v.shape[-2] != keys:
         return None
-    operands = [q, kt, v]
-    if mask is not None:
-        mask_shape = (1,) * (len(x.shape) - len(mask.shape)) + tuple(mask.shape)
-        lead, (head, mrows, mkeys) = mask_shape[:-3], mask_shape[-3:]
-        if any(d != 1 for d in lead) or head not in (1, heads) or (mrows, mkeys) != (rows, keys):
-            return None
-        if mask.dtype is not DType.f32:
-            return None
-        operands.append(b.op("reshape", [mask], {"shape": [head, rows, keys]},
-                             loc=add.loc).result if tuple(mask.shape) != (head, rows, keys)
-                        else mask)
-    return [b.op("attention", operands, {"empty_rows_zero": empty_rows_zero},
-                 loc=softmax.loc).result]
+    if mask is not None and mask.dtype is not DType.f32:
+        return None
+    out = _attention(b, q, kt, v, mask, batch, empty_rows_zero, softmax.loc)
+    return None if out is None else [out]
 
 
 @attention_patterns.on("sdpa")
 def attention_of_sdpa(op: Op, b: Builder) -> list[Value] | None:
     """The `sdpa` composite (ONNX's Attention, torch.compile's graphs, @ember.script) as
     one attention op over its batch dims flattened: q scaled, k transposed, a causal or
-    boolean mask as an additive one of 0 and -inf (one for all heads when it does not
-    vary by head). A row that sees no key gives NaN, as the composite's softmax does."""
+    boolean mask as an additive one of 0 and -inf. A row that sees no key gives NaN, as
+    the composite's softmax does."""
     q, k, v, *masks = op.operands
     if op.result.dtype is not DType.f32:
         return None
     rows, dim = q.shape[-2:]
-    keys, width = k.shape[-2], v.shape[-1]
-    batch = list(op.result.shape[:-2])
-    loc = op.loc
-
-    def flat(x: Value, last: tuple[int, int], lead: list[int] = batch) -> Value:
-        """x broadcast to [*lead, *last] and viewed as [prod(lead), *last]."""
-        if tuple(x.shape) != (*lead, *last):
-            x = b.broadcast(x, shape=[*lead, *last], loc=loc)
-        return b.reshape(x, shape=[math.prod(lead), *last], loc=loc)
-
+    keys = k.shape[-2]
     scale = 1 / math.sqrt(dim) if math.isnan(op.attrs["scale"]) else op.attrs["scale"]
     rank = len(k.shape)
-    kt = b.transpose(k, perm=[*range(rank - 2), rank - 1, rank - 2], loc=loc)
-    operands = [flat(b.mul(q, scale, loc=loc), (rows, dim)), flat(kt, (dim, keys)),
-                flat(v, (keys, width))]
+    kt = b.transpose(k, perm=[*range(rank - 2), rank - 1, rank - 2], loc=op.loc)
+    mask = masks[0] if masks else None
     if op.attrs["is_causal"]:
         causal = np.where(np.tri(rows, keys, dtype=bool), 0, -np.inf).astype(np.float32)
-        operands.append(b.constant(causal[None], name="causal_mask"))
-    elif masks:
-        (mask,) = masks
-        if mask.dtype is DType.bool:
-            mask = b.where(mask, b.constant(np.float32(0)), b.constant(np.float32(-np.inf)),
-                           loc=loc)
-        if all(d == 1 for d in mask.shape[:-2]):  # the same for every head
-            operands.append(flat(b.reshape(mask, shape=list(mask.shape[-2:]), loc=loc)
-                                 if len(mask.shape) > 2 else mask, (rows, keys), [1]))
-        else:
-            operands.append(flat(mask, (rows, keys)))
-    out = b.op("attention", operands, {"empty_rows_zero": False}, loc=loc).result
-    return [b.reshape(out, shape=[*batch, rows, width], loc=loc)]
+        mask = b.constant(causal, name="causal_mask")
+    elif mask is not None and mask.dtype is DType.bool:
+        mask = b.where(mask, b.constant(np.float32(0)), b.constant(np.float32(-np.inf)),
+                       loc=op.loc)
+    out = _attention(b, b.mul(q, scale, loc=op.loc), kt, v, mask, list(op.result.shape[:-2]),
+                     False, op.loc)
+    return None if out is None else [out]
 
 
 @graph_pass("fuse_attention", "make softmax(q @ kt + mask) @ v one graph.attention op")

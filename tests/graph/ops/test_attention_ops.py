@@ -161,3 +161,25 @@ def test_the_pass_forms_attention_from_sdpa(shapes, mask, causal, scale) -> None
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     assert np.isnan(got).sum() == np.isnan(want).sum() == (30 if mask and mask[0] == "bool"
                                                             else 0)
+
+
+@pytest.mark.parametrize("mask_shape", [None, (1, 1, 6, 9), (2, 1, 6, 9), (2, 3, 6, 9), (9,)])
+def test_the_pass_forms_attention_from_4d_matmuls(mask_shape) -> None:
+    """What ONNX exports of BERT hold: softmax(q @ kt + mask) @ v on [N, H, L, D], the mask
+    broadcast over heads or batch or neither."""
+    g = Builder("onnx_style")
+    q, kt, v = (g.input(n, "f32", s) for n, s in (("q", (2, 3, 6, 4)), ("kt", (2, 3, 4, 9)),
+                                                   ("v", (2, 3, 9, 5))))
+    scores = g.matmul(q, kt)
+    if mask_shape is not None:
+        scores = g.add(scores, g.input("m", "f32", mask_shape))
+    g.output(g.matmul(g.softmax(scores, axis=-1), v))
+    graph = g.build()
+    arrays = [RNG.standard_normal(v.shape).astype(np.float32) for v in graph.inputs]
+    want = interpret(graph, arrays)[0]
+    fused = run_passes(graph, ["fuse_attention", "dce"])
+    names = [op.name for op in fused.walk()]
+    assert names.count("attention") == 1 and "softmax" not in names
+    np.testing.assert_allclose(interpret(fused, arrays)[0], want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ember.compile(graph, config=CPU)(*arrays)[0], want,
+                               rtol=1e-4, atol=1e-5)
