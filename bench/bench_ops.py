@@ -8,11 +8,12 @@ preallocated output, `out=`, and called the ordinary way), softmax 256x4096, lay
 512x768, a 3x3 convolution 1x64x56x56 (64 filters; its filter an input, then a constant
 to every peer, which Ember computes by Winograd's F(2x2, 3x3)) and linear 128x768x3072 +
 GELU (its weights constants to every peer, as in a deployed model; the bytes of rows with
-constant weights count x and y). Each
+constant weights count x and y), and scaled dot-product attention, 12 heads of 64 at
+sequence 128 (one kernel with an online softmax). Each
 row reports milliseconds, the GB/s of the minimal traffic (each input read once, the
 output written once) and, for Ember's `out=` call, the fraction of the copy bandwidth (a
-copy into a preallocated array of the same bytes); the convolution and the linear layer
-also their GFLOP/s and fraction of the FMA peak. Ratios matter, not absolute times: the
+copy into a preallocated array of the same bytes); the convolution, the linear layer and
+attention also their GFLOP/s and fraction of the FMA peak. Ratios matter, not absolute times: the
 machine is shared and noisy.
 """
 
@@ -154,6 +155,31 @@ def linear_gelu_case(rows: int, inner: int, cols: int):
             lambda x: torch.nn.functional.gelu(x @ wt + bt), model, 2 * rows * inner * cols)
 
 
+def attention_case(heads: int, length: int, dim: int):
+    """Scaled dot-product attention, batch 1 (BERT-base's heads at sequence 128): softmax(q
+    @ k^T / sqrt(d)) @ v. Ember forms one kernel with an online softmax; PyTorch calls its
+    own fused kernel; ONNX Runtime gets the MatMul, Softmax, MatMul graph that exporters
+    write (opset 17 has no Attention op)."""
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, heads, length, dim)).astype(np.float32)
+               for _ in range(3))
+    g = ember.Builder("attention")
+    g.output(g.sdpa(*(g.input(n, "f32", q.shape) for n in "qkv")))
+    from onnx import helper
+
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]),
+             helper.make_node("Mul", ["s", "scale"], ["x"]),
+             helper.make_node("Softmax", ["x"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    scale = np.array(1 / np.sqrt(dim), np.float32)
+    model = onnx_model(nodes, [(n, q.shape) for n in "qkv"], ("y", q.shape),
+                       initializers=[("scale", scale)])
+    return (f"attention {heads}x{length}x{dim}", [q, k, v], g.build(),
+            lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v), model,
+            4 * heads * length * length * dim)
+
+
 def fma_peak(threads: int) -> float:
     """The FMA peak on `threads` threads, GFLOP/s (measured once per machine and cached)."""
     from ember.runtime.machine import measure
@@ -213,7 +239,7 @@ def main() -> None:
     os.environ["EMBER_NUM_THREADS"] = str(args.threads)  # the run's, not an inherited one
     cases = [relu_affine_case(1 << 24), softmax_case(256, 4096), layer_norm_case(512, 768),
              conv3x3_case(64, 56), conv3x3_case(64, 56, constant=True),
-             linear_gelu_case(128, 768, 3072)]
+             linear_gelu_case(128, 768, 3072), attention_case(12, 128, 64)]
     rows = []
     for case in cases:
         print(f"benchmarking {case[0]} ...", file=sys.stderr)

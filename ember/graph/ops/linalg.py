@@ -326,22 +326,27 @@ def _attention_infer(types, attrs):
     q, kt, v = types[:3]
     same_dtype(types)
     require_dtype(q, FLOAT_TYPES)
-    if not q.rank == kt.rank == v.rank == 3:
-        raise ShapeError(f"q, kt and v must have rank 3 ([batch, rows, dim]), got {q}, {kt}, {v}")
-    batch, rows, dim = q.shape
-    keys = kt.shape[2]
-    if kt.shape[:2] != (batch, dim) or v.shape[:2] != (batch, keys):
-        raise ShapeError(f"attention needs q [B, L, D], kt [B, D, S] and v [B, S, E], got"
+    if not q.rank == kt.rank == v.rank >= 3:
+        raise ShapeError(f"q, kt and v must have one rank, at least 3 ([*batch, rows, dim]),"
+                         f" got {q}, {kt}, {v}")
+    *batch, rows, dim = q.shape
+    keys = kt.shape[-1]
+    if kt.shape[:-1] != (*batch, dim) or v.shape[:-1] != (*batch, keys):
+        raise ShapeError(f"attention needs q [*B, L, D], kt [*B, D, S] and v [*B, S, E], got"
                          f" {q}, {kt} and {v}")
     if len(types) == 4:
         mask = types[3]
-        if mask.rank != 3 or mask.shape[0] not in (1, batch) or mask.shape[1:] != (rows, keys):
-            raise ShapeError(f"the mask must be [1 or {batch}, {rows}, {keys}], got {mask}")
-    return q.with_shape((batch, rows, v.shape[2]))
+        if mask.rank != q.rank or mask.shape[-2:] != (rows, keys) or \
+                any(m not in (1, b) for m, b in zip(mask.shape[:-2], batch)):
+            raise ShapeError(f"the mask must be [*B or 1s, {rows}, {keys}] for batch dims"
+                             f" {list(batch)}, got {mask}")
+    return q.with_shape((*batch, rows, v.shape[-1]))
 
 
-def _attention_reference(q, kt, v, mask=None, *, empty_rows_zero):
+def _attention_reference(q, kt, v, mask=None, *, scale, empty_rows_zero):
     scores = np.matmul(q, kt)
+    if scale != 1:
+        scores = scores * np.asarray(scale, scores.dtype)
     if mask is not None:
         scores = scores + mask
     top = scores.max(axis=-1, keepdims=True)
@@ -354,7 +359,8 @@ def _attention_reference(q, kt, v, mask=None, *, empty_rows_zero):
 
 
 define("attention", arity=(3, 4), infer=_attention_infer, reference=_attention_reference,
-       attrs={"empty_rows_zero": Attr("bool", False)}, traits=("pure",), family="linalg",
-       summary="softmax(q @ kt + mask) @ v over the last axis (scaled dot-product attention,"
-               " the scale already in q and kt); rows whose scores are all -inf give 0 with"
-               " empty_rows_zero, else NaN")
+       attrs={"scale": Attr("float", 1.0), "empty_rows_zero": Attr("bool", False)},
+       traits=("pure",), family="linalg",
+       summary="softmax(q @ kt * scale + mask) @ v over the last axis (scaled dot-product"
+               " attention), on batch dims that q, kt, v share and the mask has or is 1 in;"
+               " rows whose scores are all -inf give 0 with empty_rows_zero, else NaN")

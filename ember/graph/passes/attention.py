@@ -10,11 +10,11 @@ with the scale already multiplied into q and k, and what ONNX exports of BERT ho
     p = where(all(x == -inf along the row), 0, p)    optional ("safe" softmax)
     o = matmul(p, v)                     [*B, L, E] (for torch, through the view back)
 
-    ->  o = attention(q, kt, v, mask [1 or prod(B), L, S]) {empty_rows_zero = whether the
-        where was}, on the batch dims B flattened
+    ->  o = attention(q, kt, v, mask [1s or B, L, S]) {empty_rows_zero = whether the where
+        was}
 
-The `sdpa` composite (ONNX's Attention, torch.compile's graphs) becomes the same op over
-its batch dims flattened (`attention_of_sdpa`).
+The `sdpa` composite (ONNX's Attention, torch.compile's graphs) becomes the same op, its
+scale an attribute (`attention_of_sdpa`).
 
 It runs before `decompose`, which would split the softmax. Only f32 attention is formed
 (the kernel's dtype); the ops it replaces are left to dce. Compiles run it unless
@@ -83,41 +83,38 @@ def _all_masked_test(graph: Graph, cond: Value, x: Value) -> bool:
 
 
 def _attention(b: Builder, q: Value, kt: Value, v: Value, mask: Value | None,
-               batch: list[int], empty_rows_zero: bool, loc: str | None) -> Value | None:
-    """attention(q, kt, v, mask) over the batch dims `batch` flattened, as [*batch, L, E]:
-    q [.., L, D], kt [.., D, S] and v [.., S, E] broadcast to the batch dims, an additive
-    f32 mask to [*batch, L, S] (one [1, L, S] for every head when its batch dims are 1s).
-    None when the mask has dims beyond the batch's that are not 1."""
-    rows, dim = q.shape[-2:]
-    keys, width = kt.shape[-1], v.shape[-1]
+               batch: list[int], scale: float, empty_rows_zero: bool,
+               loc: str | None) -> Value | None:
+    """attention(q, kt, v, mask) {scale} on the batch dims `batch`: q [.., L, D], kt
+    [.., D, S] and v [.., S, E] broadcast to them, an additive f32 mask given their rank
+    (leading 1s). None when the mask does not broadcast to [*batch, L, S]."""
+    if not batch:  # the op has a batch dim at least: one of 1
+        lifted = [None if x is None else b.reshape(x, shape=[1, *x.shape], loc=loc)
+                  for x in (q, kt, v, mask)]
+        out = _attention(b, *lifted, [1], scale, empty_rows_zero, loc)
+        return None if out is None else b.reshape(out, shape=list(out.shape[1:]), loc=loc)
 
-    def flat(x: Value, last: tuple[int, int], lead: list[int] = batch) -> Value:
-        """x broadcast to [*lead, *last] and viewed as [prod(lead), *last]."""
-        if tuple(x.shape) == (math.prod(lead), *last):
-            return x
-        if tuple(x.shape) != (*lead, *last):
-            x = b.broadcast(x, shape=[*lead, *last], loc=loc)
-        return b.reshape(x, shape=[math.prod(lead), *last], loc=loc)
+    def full(x: Value) -> Value:
+        shape = [*batch, *x.shape[-2:]]
+        return x if list(x.shape) == shape else b.broadcast(x, shape=shape, loc=loc)
 
-    operands = [flat(q, (rows, dim)), flat(kt, (dim, keys)), flat(v, (keys, width))]
+    operands = [full(q), full(kt), full(v)]
     if mask is not None:
-        shape = [1] * (2 - len(mask.shape)) + list(mask.shape)
-        lead, last = shape[:-2], shape[-2:]
-        if all(d == 1 for d in lead):  # the same for every head
-            operands.append(flat(b.reshape(mask, shape=last, loc=loc)
-                                 if list(mask.shape) != last else mask, (rows, keys), [1]))
-        else:
-            extra = len(lead) - len(batch)
-            if any(d != 1 for d in lead[:max(extra, 0)]):
-                return None
-            aligned = [1] * max(-extra, 0) + lead[max(extra, 0):]
-            if list(mask.shape) != [*aligned, *last]:
-                mask = b.reshape(mask, shape=[*aligned, *last], loc=loc)
-            operands.append(flat(mask, (rows, keys)))
-    out = b.op("attention", operands, {"empty_rows_zero": empty_rows_zero}, loc=loc).result
-    if tuple(out.shape) == (*batch, rows, width):
-        return out
-    return b.reshape(out, shape=[*batch, rows, width], loc=loc)
+        shape = [1] * (len(batch) + 2 - len(mask.shape)) + list(mask.shape)
+        extra = len(shape) - len(batch) - 2
+        if any(d != 1 for d in shape[:extra]) or \
+                any(m not in (1, n) for m, n in zip(shape[extra:], [*batch, *q.shape[-2:-1],
+                                                                     kt.shape[-1]])):
+            return None
+        shape = shape[extra:]
+        if shape[-2:] != [q.shape[-2], kt.shape[-1]]:  # rows or keys broadcast
+            shape[-2:] = [q.shape[-2], kt.shape[-1]]
+            mask = b.broadcast(mask, shape=shape, loc=loc)
+        elif list(mask.shape) != shape:
+            mask = b.reshape(mask, shape=shape, loc=loc)
+        operands.append(mask)
+    return b.op("attention", operands, {"scale": scale, "empty_rows_zero": empty_rows_zero},
+                loc=loc).result
 
 
 @attention_patterns.on("matmul")
@@ -154,16 +151,16 @@ def form_attention(op: Op, b: Builder) -> list[Value] | None:
         return None
     if mask is not None and mask.dtype is not DType.f32:
         return None
-    out = _attention(b, q, kt, v, mask, batch, empty_rows_zero, softmax.loc)
+    out = _attention(b, q, kt, v, mask, batch, 1.0, empty_rows_zero, softmax.loc)
     return None if out is None else [out]
 
 
 @attention_patterns.on("sdpa")
 def attention_of_sdpa(op: Op, b: Builder) -> list[Value] | None:
     """The `sdpa` composite (ONNX's Attention, torch.compile's graphs, @ember.script) as
-    one attention op over its batch dims flattened: q scaled, k transposed, a causal or
-    boolean mask as an additive one of 0 and -inf. A row that sees no key gives NaN, as
-    the composite's softmax does."""
+    one attention op on its batch dims: k transposed, a causal or boolean mask as an
+    additive one of 0 and -inf. A row that sees no key gives NaN, as the composite's
+    softmax does."""
     q, k, v, *masks = op.operands
     if op.result.dtype is not DType.f32:
         return None
@@ -179,8 +176,7 @@ def attention_of_sdpa(op: Op, b: Builder) -> list[Value] | None:
     elif mask is not None and mask.dtype is DType.bool:
         mask = b.where(mask, b.constant(np.float32(0)), b.constant(np.float32(-np.inf)),
                        loc=op.loc)
-    out = _attention(b, b.mul(q, scale, loc=op.loc), kt, v, mask, list(op.result.shape[:-2]),
-                     False, op.loc)
+    out = _attention(b, q, kt, v, mask, list(op.result.shape[:-2]), scale, False, op.loc)
     return None if out is None else [out]
 
 

@@ -68,6 +68,28 @@ def test_kernel_matches_the_reference(shape, mask) -> None:
         assert (got[:, 1] == 0).all()  # the row with every key masked
 
 
+@pytest.mark.parametrize("mask", [None, (1, 3), (2, 1), (2, 3)])
+def test_kernel_on_two_batch_dims_with_a_scale(mask) -> None:
+    """[N, H, L, D] operands with a scale, the mask's batch dims 1 or the operands'."""
+    g = Builder("att4")
+    ins = [g.input("q", "f32", (2, 3, 10, 8)), g.input("kt", "f32", (2, 3, 8, 70)),
+           g.input("v", "f32", (2, 3, 70, 5))]
+    if mask is not None:
+        ins.append(g.input("m", "f32", (*mask, 10, 70)))
+    g.output(g.op("attention", ins, {"scale": 0.3}).result)
+    graph = g.build()
+    arrays = inputs_for(graph, masked_row=False)
+    want = interpret(graph, arrays)[0]
+    scores = 0.3 * (arrays[0].astype(np.float64) @ arrays[1])
+    if mask is not None:
+        scores = scores + arrays[3]
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    np.testing.assert_allclose(want, (weights / weights.sum(-1, keepdims=True)) @ arrays[2],
+                               rtol=1e-4, atol=1e-5)
+    got = ember.compile(graph, config=CPU)(*arrays)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
 def test_a_block_without_keys_leaves_the_row_to_later_blocks() -> None:
     """A row whose first block of keys is all masked starts its softmax in the second."""
     graph = attention_graph(1, 4, 8, 600, 16, mask=1)
@@ -88,7 +110,10 @@ def test_a_row_without_keys_is_nan_unless_empty_rows_zero() -> None:
 @pytest.mark.parametrize("shapes, message", [
     (((2, 3, 4), (2, 5, 6), (2, 6, 7)), "attention needs q"),
     (((2, 3, 4), (2, 4, 6), (2, 6, 7), (2, 3, 5)), "the mask must be"),
-    (((3, 4), (4, 6), (6, 7)), "rank 3"),
+    (((3, 4), (4, 6), (6, 7)), "at least 3"),
+    (((2, 3, 4), (2, 4, 6), (2, 1, 6, 7)), "one rank"),
+    (((2, 2, 3, 4), (2, 2, 4, 6), (2, 2, 6, 7), (3, 1, 3, 6)), r"the mask must be \[\*B or 1s"),
+    (((2, 2, 3, 4), (2, 2, 4, 6), (2, 2, 6, 7), (2, 3, 6)), "the mask must be"),
 ])
 def test_type_errors(shapes, message) -> None:
     g = Builder("bad")

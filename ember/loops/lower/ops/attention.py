@@ -74,8 +74,9 @@ def attention(ctx: LowerContext) -> list[Stmt]:
     out = ctx.outputs[0]
     if any(b.dtype is not F32 for b in (*ctx.inputs, out)):
         raise UnsupportedOpError(f"graph.attention lowers for f32 only, not {q.dtype}")
-    batch, rows, dim = q.shape
-    keys, width = kt.shape[2], v.shape[2]
+    *batch, rows, dim = q.shape
+    keys, width = kt.shape[-1], v.shape[-1]
+    scale = ctx.attrs["scale"]
     chosen = knobs("attention", {"key_block": KEY_BLOCK, "row_group": ROW_GROUP,
                                  "tile_vectors": TILE_VECTORS},
                    key_block=(64, 128, 256, 512), row_group=(2, 4, 6, 8),
@@ -116,7 +117,7 @@ def attention(ctx: LowerContext) -> list[Stmt]:
         return loop(_ceil_div(extent, size), lambda t: body(
             t * size, binary("min", Const(size), binary("sub", extent, t * size))))
 
-    def rows_of(b: Expr, r0: Expr) -> list[Stmt]:
+    def rows_of(b: list[Expr], r0: Expr) -> list[Stmt]:
         def row(ii: Expr) -> Expr:  # rows past the end repeat the last (never stored)
             return r0 + ii if rows % group == 0 else binary("min", r0 + ii, Const(rows - 1))
 
@@ -135,14 +136,20 @@ def attention(ctx: LowerContext) -> list[Stmt]:
                                                                   ZERO)])]),
                     loop(dim, lambda d: [each_row(lambda ii: [vector(n, lambda j: [
                         put(scores, (ii, t0 + j), Fma(
-                            ctx.load(0, [b, row(ii), d]), ctx.load(1, [b, d, k0 + t0 + j]),
+                            ctx.load(0, [*b, row(ii), d]), ctx.load(1, [*b, d, k0 + t0 + j]),
                             s(ii, t0 + j)))])])]),
                 ]
-                if mask is not None:
-                    mb = b if mask.shape[0] == batch and batch > 1 else Const(0)
+                if mask is not None or scale != 1:  # s * scale + mask, in one pass
+                    def scaled(ii: Expr, j: Expr) -> Expr:
+                        if mask is None:
+                            return Binary("mul", s(ii, j), Const(scale, F32))
+                        mb = [Const(0) if m == 1 else i for m, i in zip(mask.shape, b)]
+                        bias = ctx.load(3, [*mb, row(ii), k0 + j])
+                        return Binary("add", s(ii, j), bias) if scale == 1 else \
+                            Fma(s(ii, j), Const(scale, F32), bias)
+
                     stmts.append(each_row(lambda ii: [vector(n, lambda j: [
-                        put(scores, (ii, t0 + j), Binary(
-                            "add", s(ii, t0 + j), ctx.load(3, [mb, row(ii), k0 + t0 + j])))])]))
+                        put(scores, (ii, t0 + j), scaled(ii, t0 + j))])]))
                 return stmts
 
             key_tiles = partial(tiles, count if not whole else block, tile,
@@ -186,7 +193,7 @@ def attention(ctx: LowerContext) -> list[Stmt]:
                     each_row(lambda ii: [vector(n, lambda e: [put(acc, (ii, e0 + e), Binary(
                         "mul", at(acc, ii, e0 + e), at(corr, ii)))])]),
                     loop(count, lambda j: [each_row(lambda ii: [vector(n, lambda e: [
-                        put(acc, (ii, e0 + e), Fma(s(ii, j), ctx.load(2, [b, k0 + j, e0 + e]),
+                        put(acc, (ii, e0 + e), Fma(s(ii, j), ctx.load(2, [*b, k0 + j, e0 + e]),
                                                    at(acc, ii, e0 + e)))])])]),
                 ]
 
@@ -201,7 +208,7 @@ def attention(ctx: LowerContext) -> list[Stmt]:
                 return result
 
             store = [tiles(width, tile, width % tile == 0, lambda e0, n: [vector(
-                n, lambda e: [Store(out.name, (b, r0 + ii, e0 + e), value(e0 + e))])])]
+                n, lambda e: [Store(out.name, (*b, r0 + ii, e0 + e), value(e0 + e))])])]
             if rows % group == 0:
                 return store
             return [If(Binary("lt", r0 + ii, Const(rows)), store, [])]
@@ -212,5 +219,5 @@ def attention(ctx: LowerContext) -> list[Stmt]:
                 loop(-(-keys // block), key_block),
                 each_row(finish)]
 
-    return ctx.nest((batch, -(-rows // group)), lambda index: rows_of(index[0],
-                                                                        index[1] * group))
+    return ctx.nest((*batch, -(-rows // group)), lambda index: rows_of(index[:-1],
+                                                                         index[-1] * group))
