@@ -1,12 +1,12 @@
 """Scaled dot-product attention as one kernel with an online softmax (FlashAttention's
 recurrence, for a group of query rows): the scores of a row are never stored whole.
 
-For each batch b and group of ROW_GROUP query rows, the keys are taken in blocks of at
-most KEY_BLOCK:
+For each batch index b (any number of batch dims) and group of ROW_GROUP query rows, the
+keys are taken in blocks of at most KEY_BLOCK:
 
     top = -inf; total = 0; acc[0:E] = 0                                        per row
     for each block of keys [k0, k0 + n):
-      s[0:n] = q[b, i, :] @ kt[b, :, k0:k0+n] (+ mask[b, i, k0:k0+n])
+      s[0:n] = q[b, i, :] @ kt[b, :, k0:k0+n] * scale (+ mask[b, i, k0:k0+n])
       new = max(top, max(s))
       corr = exp(top - new); s = exp(s - new)            (0 and unchanged where new is -inf)
       total = total * corr + sum(s)
@@ -94,11 +94,10 @@ def attention(ctx: LowerContext) -> list[Stmt]:
     def put(buf: Buffer, index: tuple, value: Expr) -> Store:
         return Store(buf.name, index, value)
 
-    def loop(stop: Expr | int, body: Callable[[Expr], list[Stmt]], kind: str = "serial",
-             start: Expr | int = 0) -> For:
+    def loop(stop: Expr | int, body: Callable[[Expr], list[Stmt]], kind: str = "serial") -> For:
         j = ctx.var("j")
-        return For(j, start if isinstance(start, Expr) else Const(start),
-                   stop if isinstance(stop, Expr) else Const(stop), body(j), 1, kind)
+        return For(j, Const(0), stop if isinstance(stop, Expr) else Const(stop), body(j), 1,
+                   kind)
 
     def vector(stop: Expr | int, body: Callable[[Expr], list[Stmt]]) -> For:
         return loop(stop, body, "vectorized")
