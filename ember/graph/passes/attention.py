@@ -100,18 +100,18 @@ def _attention(b: Builder, q: Value, kt: Value, v: Value, mask: Value | None,
 
     operands = [full(q), full(kt), full(v)]
     if mask is not None:
-        shape = [1] * (len(batch) + 2 - len(mask.shape)) + list(mask.shape)
-        extra = len(shape) - len(batch) - 2
-        if any(d != 1 for d in shape[:extra]) or \
-                any(m not in (1, n) for m, n in zip(shape[extra:], [*batch, *q.shape[-2:-1],
-                                                                     kt.shape[-1]])):
+        scores = [*batch, q.shape[-2], kt.shape[-1]]
+        aligned = list(mask.shape)
+        while len(aligned) > len(scores) and aligned[0] == 1:
+            aligned.pop(0)
+        aligned = [1] * (len(scores) - len(aligned)) + aligned
+        if len(aligned) != len(scores) or any(m not in (1, n) for m, n in zip(aligned, scores)):
             return None
-        shape = shape[extra:]
-        if shape[-2:] != [q.shape[-2], kt.shape[-1]]:  # rows or keys broadcast
-            shape[-2:] = [q.shape[-2], kt.shape[-1]]
-            mask = b.broadcast(mask, shape=shape, loc=loc)
-        elif list(mask.shape) != shape:
-            mask = b.reshape(mask, shape=shape, loc=loc)
+        target = aligned[:-2] + scores[-2:]  # batch dims stay 1 where every head shares it
+        if list(mask.shape) != aligned:
+            mask = b.reshape(mask, shape=aligned, loc=loc)
+        if aligned != target:
+            mask = b.broadcast(mask, shape=target, loc=loc)
         operands.append(mask)
     return b.op("attention", operands, {"scale": scale, "empty_rows_zero": empty_rows_zero},
                 loc=loc).result

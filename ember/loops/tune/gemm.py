@@ -105,7 +105,7 @@ def tune_gemm(g: Any, db: TuningDatabase, budget_seconds: float = 10.0,
               max_candidates: int = 24) -> dict:
     """Search schedules for matmul `g` (a Gemm), store the winner in `db`; returns its
     record ({"schedule", "seconds", "tried"})."""
-    from ember.codegen.cpu import host_features
+    from ember.loops.schedule import f32_lanes
     from ember.loops.schedules.gemm import _variables, default_gemm_schedule
 
     b_batched = bool(_variables(g.b) & {name for name, _ in g.batch})
@@ -115,8 +115,7 @@ def tune_gemm(g: Any, db: TuningDatabase, budget_seconds: float = 10.0,
         return known
     spec = {"batch": [e for _, e in g.batch], "m": g.m, "n": g.n, "k": g.depth,
             "dtype": g.a.dtype.value, "b_batched": b_batched, "b_panels": g.b_panels}
-    lanes = 16 if "avx512f" in host_features() else 8
-    options = candidates(default_gemm_schedule(g), lanes)[:max_candidates]
+    options = candidates(default_gemm_schedule(g), f32_lanes())[:max_candidates]
     label = f"matmul {'x'.join(map(str, spec['batch'])) + 'x' if spec['batch'] else ''}" \
             f"{g.m}x{g.n}x{g.depth}"
     measured = search(label, options,

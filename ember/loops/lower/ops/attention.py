@@ -50,6 +50,7 @@ from ember.loops.ir import (
     binary,
 )
 from ember.loops.lower.core import LowerContext, lowering
+from ember.loops.lower.ops.linalg import lane_chunks, vector_loop
 from ember.loops.schedule import f32_lanes
 from ember.loops.tune.knobs import knobs
 
@@ -99,20 +100,18 @@ def attention(ctx: LowerContext) -> list[Stmt]:
         return For(j, Const(0), stop if isinstance(stop, Expr) else Const(stop), body(j), 1,
                    kind)
 
-    def vector(stop: Expr | int, body: Callable[[Expr], list[Stmt]]) -> For:
-        return loop(stop, body, "vectorized")
+    vector = partial(vector_loop, ctx)
 
     def each_row(body: Callable[[Expr], list[Stmt]]) -> For:
         """body(ii) for the group's rows, unrolled: their vectors share each load."""
         return loop(group, body, "unrolled")
 
-    def tiles(extent: Expr | int, size: int, known: bool,
+    def tiles(extent: Expr | int, size: int,
               body: Callable[[Expr, Expr | int], list[Stmt]]) -> For:
-        """body(start, count) over [0, extent) in tiles of `size`; `known` when `extent` is a
-        whole number of them (the counts are then constant)."""
-        if known:
-            return loop(extent // size if isinstance(extent, int) else _ceil_div(extent, size),
-                        lambda t: body(t * size, size))
+        """body(start, count) over [0, extent) in tiles of `size` (constant counts when
+        `extent` is a whole number of them)."""
+        if isinstance(extent, int) and extent % size == 0:
+            return loop(extent // size, lambda t: body(t * size, size))
         return loop(_ceil_div(extent, size), lambda t: body(
             t * size, binary("min", Const(size), binary("sub", extent, t * size))))
 
@@ -151,8 +150,7 @@ def attention(ctx: LowerContext) -> list[Stmt]:
                         put(scores, (ii, t0 + j), scaled(ii, t0 + j))])]))
                 return stmts
 
-            key_tiles = partial(tiles, count if not whole else block, tile,
-                                whole and block % tile == 0)
+            key_tiles = partial(tiles, block if whole else count, tile)
 
             def reduce_into(buf: Buffer, op: str, first: Expr,
                             lanes_of: Callable[[Expr, Expr], list[Stmt]]) -> list[Stmt]:
@@ -196,7 +194,7 @@ def attention(ctx: LowerContext) -> list[Stmt]:
                                                    at(acc, ii, e0 + e)))])])]),
                 ]
 
-            stmts.append(tiles(width, tile, width % tile == 0, value_tile))
+            stmts.append(tiles(width, tile, value_tile))
             return stmts
 
         def finish(ii: Expr) -> list[Stmt]:
@@ -206,15 +204,15 @@ def attention(ctx: LowerContext) -> list[Stmt]:
                     result = Select(Binary("eq", at(total, ii), ZERO), ZERO, result)
                 return result
 
-            store = [tiles(width, tile, width % tile == 0, lambda e0, n: [vector(
-                n, lambda e: [Store(out.name, (*b, r0 + ii, e0 + e), value(e0 + e))])])]
+            store = lane_chunks(ctx, width, tile,
+                                lambda e: [Store(out.name, (*b, r0 + ii, e), value(e))])
             if rows % group == 0:
                 return store
             return [If(Binary("lt", r0 + ii, Const(rows)), store, [])]
 
         return [each_row(lambda ii: [put(top, (ii,), NEG_INF), put(total, (ii,), ZERO),
-                                     tiles(width, tile, width % tile == 0, lambda e0, n: [
-                                         vector(n, lambda e: [put(acc, (ii, e0 + e), ZERO)])])]),
+                                     *lane_chunks(ctx, width, tile,
+                                                  lambda e: [put(acc, (ii, e), ZERO)])]),
                 loop(-(-keys // block), key_block),
                 each_row(finish)]
 

@@ -35,6 +35,7 @@ from ember.loops.ir import (
     binary,
 )
 from ember.loops.lower.core import LowerContext, lowering
+from ember.loops.schedule import f32_lanes
 from ember.loops.schedules.gemm import (
     MIN_PARALLEL_FMAS,
     Gemm,
@@ -286,7 +287,7 @@ def conv_gemm(ctx: LowerContext) -> list[Stmt] | None:
     # measured 2-4x slower on 3x3 convs. AVX-512's 32 registers take 8 rows of 16 (1-5%
     # faster on ResNet's convs than 6; 32 columns would leave fewer panels inside a row).
     # A tuned compile searches the tile and blocks (ember/loops/tune/knobs.py).
-    lanes = 16 if wide_vectors() else 8
+    lanes = f32_lanes()
     default = GemmSchedule(kc=8192, mr=8 if wide_vectors() else 6)
     chosen = knobs("conv_gemm", {"mr": default.mr, "nr": default.nr, "mc": default.mc,
                                  "nc": default.nc, "parallel": default.parallel},
