@@ -27,6 +27,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from ember.target import Target
+
+HOST = Target.host()
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -58,7 +61,7 @@ def fma_peak(threads: int, rounds: int = 2_000_000, repeat: int = 7) -> float:
     from ember.loops.verify import verify_kernel
 
     kernel = verify_kernel(parse_kernel(PEAK_KERNEL.format(threads=threads, rounds=rounds)))
-    jit = cpu.compile_module(kernel_module([kernel], name="peak"))
+    jit = cpu.compile_module(kernel_module([kernel], name="peak"), target=HOST)
     jit.set_num_threads("peak", threads)
     run = jit.kernel("fma_peak", 2)
     c = np.stack([np.full(16, 0.999, np.float32), np.full(16, 0.001, np.float32)])

@@ -183,8 +183,9 @@ def attention_case(heads: int, length: int, dim: int):
 def fma_peak(threads: int) -> float:
     """The FMA peak on `threads` threads, GFLOP/s (measured once per machine and cached)."""
     from ember.runtime.machine import measure
+    from ember.target import Target
 
-    return measure().peak_gflops_one_thread * threads
+    return measure(Target.host()).peak_gflops_one_thread * threads
 
 
 def copy_gbps(nbytes: int, repeat: int) -> float:

@@ -27,6 +27,9 @@ from ember.frontends.torch.export import capture_program, import_program  # noqa
 from ember.graph.ir import clone_graph  # noqa: E402
 from ember.graph.passes import DEFAULT_PIPELINE  # noqa: E402
 from ember.loops.lower import lower_graph  # noqa: E402
+from ember.target import Target
+
+HOST = Target.host()
 
 
 def counts(name: str) -> dict:
@@ -36,11 +39,11 @@ def counts(name: str) -> dict:
     graph = import_program(program, config=ember.Config(executor="interp")).graph
     plain = PassManager(DEFAULT_PIPELINE).run(graph)
     ops = sum(1 for op in plain.ops if op.name != "constant")
-    unfused = len(lower_graph(plain).kernels)
+    unfused = len(lower_graph(plain, target=HOST).kernels)
     fused = PassManager(["fuse", "dce"]).run(clone_graph(plain))
     kinds = Counter(op.attrs["kind"] for op in fused.ops if op.name == "fused")
     return {"model": name, "ops": ops, "unfused": unfused,
-            "fused": len(lower_graph(fused).kernels), "kinds": kinds}
+            "fused": len(lower_graph(fused, target=HOST).kernels), "kinds": kinds}
 
 
 def main() -> None:

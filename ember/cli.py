@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from ember.errors import EmberError
+from ember.target import PRESETS
 
 
 def _read_graph(file: str):
@@ -30,13 +31,21 @@ def _read_graph(file: str):
     return parse_graph(text, source)
 
 
+def _backend(args: argparse.Namespace):
+    from ember.config import Config
+    from ember.driver.backend import backend_for
+
+    return backend_for(Config(target=args.target).resolved().target)
+
+
 def _opt(args: argparse.Namespace) -> int:
     from ember.driver.pass_manager import PassManager
     from ember.graph.text import print_graph
 
     graph = _read_graph(args.file)
     passes = [p for p in (args.passes or "").split(",") if p]
-    manager = PassManager(passes, print_after_all=args.print_after_all,
+    manager = PassManager(passes, configure=_backend(args).configure,
+                          print_after_all=args.print_after_all,
                           print_after=args.print_after.split(",") if args.print_after else (),
                           constants_mode=args.constants, print_stream=sys.stdout)
     if args.verify_each:
@@ -63,7 +72,9 @@ def _lower(args: argparse.Namespace) -> int:
 
     graph = _read_graph(args.file)
     passes = DEFAULT_PIPELINE if args.passes is None else [p for p in args.passes.split(",") if p]
-    program = verify_program(lower_graph(run_passes(graph, passes)))
+    backend = _backend(args)
+    optimized = run_passes(graph, passes, configure=backend.configure)
+    program = verify_program(lower_graph(optimized, backend.target))
     sys.stdout.write(print_program(program, constants=args.constants))
     return 0
 
@@ -92,6 +103,9 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+TARGET_HELP = "host (default) or a preset: " + ", ".join(PRESETS)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from ember.commands import add_model_commands
 
@@ -112,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--timing", action="store_true", help="report the time of each pass")
     opt.add_argument("--constants", default="table", choices=("table", "inline", "elide"),
                      help="how to print large constants")
+    opt.add_argument("--target", default=None, help=TARGET_HELP)
     opt.set_defaults(run=_opt)
 
     lower = sub.add_parser("lower", help="lower graph IR to loop IR and print it")
@@ -119,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     lower.add_argument("-p", "--passes", default=None,
                        help="graph passes to run first (default: the default pipeline)")
     lower.add_argument("--constants", default="elide", choices=("table", "elide", "omit"))
+    lower.add_argument("--target", default=None, help=TARGET_HELP)
     lower.set_defaults(run=_lower)
 
     sub.add_parser("passes", help="list the graph passes").set_defaults(run=_list_passes)

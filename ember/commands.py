@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ember.errors import EmberError, ShapeError
+from ember.target import PRESETS
 
 
 # -- loading a model -----------------------------------------------------------------------------
@@ -196,14 +197,14 @@ def explain_command(args: argparse.Namespace) -> int:
 
 
 def export_command(args: argparse.Namespace) -> int:
-    from ember.codegen.target import get_target
     from ember.config import Config
     from ember.driver.pipeline import lower_to_program
     from ember.runtime.aot import write_library
 
-    target = get_target(args.target)  # a bad target fails before any work
+    config = Config(executor="cpu", target=args.target).resolved()  # a bad target fails now
+    target = config.target
     graph, _ = load_graph(args)
-    program, plan = lower_to_program(graph, Config(executor="cpu"))
+    program, plan = lower_to_program(graph, config)
     out = write_library(program, plan, args.output, target, args.name,
                         [v.name or f"input{i}" for i, v in enumerate(graph.inputs)],
                         [v.name or f"output{i}" for i, v in enumerate(graph.outputs)])
@@ -234,12 +235,14 @@ def ir_command(args: argparse.Namespace) -> int:
         from ember.codegen.llvm import program_module
         from ember.loops.text import print_program
 
-        program, plan = lower_to_program(graph, Config(executor="cpu"))
+        config = Config(executor="cpu").resolved()
+        program, plan = lower_to_program(graph, config)
         if stage == "loops":
             text = print_program(program, constants="elide")
         else:
             module = program_module(program, plan.offsets)
-            text = llvm_ir_text(module) if stage == "llvm" else assembly_text(module)
+            text = llvm_ir_text(module, config.target) if stage == "llvm" else \
+                assembly_text(module, config.target)
     sys.stdout.write(text)
     return 0
 
@@ -276,7 +279,8 @@ def add_model_commands(sub: Any) -> None:
     explain.set_defaults(run=explain_command)
     export = model_parser("export", "write a shared library, C header and example", False)
     export.add_argument("-o", "--output", required=True, help="the output folder")
-    export.add_argument("--target", default="host", help="host or aarch64-linux-gnu")
+    export.add_argument("--target", default="host",
+                        help="host or a preset: " + ", ".join(PRESETS))
     export.add_argument("--name", default="model", help="the C prefix and library name")
     export.set_defaults(run=export_command)
     ir = model_parser("ir", "print a stage of the model's compilation", False)

@@ -1,13 +1,14 @@
-"""The one configuration object: part of every cache key (later phases add target, opt
-level, threads, tuning). Environment variables may set it: EMBER_BACKEND=interp runs the
-reference interpreter instead of compiled code."""
+"""The one configuration object: part of every cache key, its target included.
+Environment variables may set it: EMBER_BACKEND=interp runs the reference interpreter
+instead of compiled code, EMBER_TUNE=1 tunes."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ember.errors import EmberError
+from ember.target import Target, is_host
 
 EXECUTORS = ("interp", "cpu")
 
@@ -38,6 +39,12 @@ class Config:
     # direct sum's (ResNet-50's output moves by 2.7e-6 of its magnitude); off computes
     # every conv directly.
     winograd: bool = True
+    # The machine to compile for: a Target, a preset's name ("znver4", "neoverse-n1", ...)
+    # or None for this machine (`ember.Target`). The driver resolves it before any stage.
+    target: Target | str | None = None
+    # Schedules to use instead of the defaults and the tuner's, by kernel (a file written
+    # by `ember lower --schedule` or EMBER_DUMP, possibly edited): see loops/schedules.
+    schedules: str | None = None
 
     def __post_init__(self) -> None:
         if self.executor not in EXECUTORS:
@@ -45,3 +52,10 @@ class Config:
                              f" {', '.join(EXECUTORS)})")
         if self.max_specializations < 1:
             raise EmberError("max_specializations must be at least 1")
+        if isinstance(self.target, str) and not is_host(self.target):
+            Target.get(self.target)  # an unknown name fails here, before any work
+
+    def resolved(self) -> Config:
+        """This config with its target as a Target (the host's facts for None)."""
+        return self if isinstance(self.target, Target) else \
+            replace(self, target=Target.get(self.target))

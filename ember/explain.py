@@ -134,9 +134,10 @@ def explain(compiled: Any, measure: bool = True, budget_seconds: float = 0.2) ->
     report = Report(kernels, dict(executable.notes.get("timings", {})))
     if not measure:
         return report
+    from ember.driver.pipeline import this_machine
     from ember.runtime.machine import measure as machine_limits
 
-    limits = machine_limits()
+    limits = machine_limits(this_machine())
     steps = executable.notes.get("steps")
     in_sequence = _time_steps(executable, steps, budget_seconds * len(kernels)) \
         if steps is not None else None

@@ -12,6 +12,7 @@ embedded weights (ember/runtime/aot.py documents the files and the C API).
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import numpy as np
 from ember.config import Config
 from ember.errors import EmberError
 from ember.graph.ir import Graph
+from ember.target import Target
 
 
 def _graph_of(model: Any, example_inputs: Any) -> tuple[Graph, list[str] | None]:
@@ -50,20 +52,25 @@ def _graph_of(model: Any, example_inputs: Any) -> tuple[Graph, list[str] | None]
                      " ONNX model or path, or an ember Graph")
 
 
-def export(model: Any, example_inputs: Any, out_dir: str | Path, *, target: str = "host",
-           name: str = "model", config: Config | None = None) -> Path:
-    """Compile `model` for `target` ("host" or "aarch64-linux-gnu") into a shared library,
-    a C header, metadata and an example program in `out_dir`; returns `out_dir`."""
-    from ember.codegen.target import get_target
+def export(model: Any, example_inputs: Any, out_dir: str | Path, *,
+           target: Target | str | None = None, name: str = "model",
+           config: Config | None = None) -> Path:
+    """Compile `model` for `target` (a Target or a preset's name such as
+    "aarch64-linux-gnu" or "neoverse-n1"; default: the config's, else this machine) into a
+    shared library, a C header, metadata and an example program in `out_dir`; returns
+    `out_dir`. The kernels are shaped for that target (its vectors, registers, caches)."""
     from ember.driver.pipeline import lower_to_program
     from ember.runtime.aot import write_library
 
     config = config or Config(executor="cpu")
-    chosen = get_target(target)
+    if target is not None:
+        config = dataclasses.replace(config, target=target)
+    config = config.resolved()  # an unknown target fails before any work
     graph, input_names = _graph_of(model, example_inputs)
     program, plan = lower_to_program(graph, config)
     output_names = [v.name or f"output{i}" for i, v in enumerate(graph.outputs)]
-    return write_library(program, plan, out_dir, chosen, name, input_names, output_names)
+    return write_library(program, plan, out_dir, config.target, name, input_names,
+                         output_names)
 
 
 def load(out_dir: str | Path):

@@ -29,9 +29,10 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 from llvmlite.binding import ffi
 
-from ember.codegen import CodegenError
+from ember.codegen import CodegenError, vmath
 from ember.codegen.llvm import entry_name
 from ember.codegen.parallel import OPENMP_SYMBOLS, num_threads_symbol
+from ember.target import Target
 
 ENTRY_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                               ctypes.c_void_p)
@@ -45,32 +46,38 @@ def _initialize() -> None:
     llvm.initialize_native_asmparser()
 
 
-def new_host_target_machine(opt: int = 3) -> llvm.TargetMachine:
-    """A target machine for this CPU: its triple, its name (e.g. znver3) and its features
-    (AVX2, FMA, ...), so that LLVM may use every instruction the host has."""
+@functools.cache
+def _initialize_all() -> None:
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+
+
+def new_target_machine(target: Target, opt: int = 3, jit: bool = True) -> llvm.TargetMachine:
+    """A target machine for `target`: its triple, CPU and features, so that LLVM may use
+    every instruction it has. JIT code (`jit`) runs in this process; other code is
+    position independent, for object files and shared libraries."""
     _initialize()
-    target = llvm.Target.from_triple(llvm.get_process_triple())
-    return target.create_target_machine(cpu=llvm.get_host_cpu_name(),
-                                        features=llvm.get_host_cpu_features().flatten(),
-                                        opt=opt, reloc="default", codemodel="jitdefault")
+    if not target.runs_here():
+        _initialize_all()
+    try:
+        found = llvm.Target.from_triple(target.triple)
+    except RuntimeError as error:
+        raise CodegenError(f"LLVM cannot generate code for {target.triple}: {error}") from None
+    return found.create_target_machine(cpu=target.cpu, features=target.feature_string,
+                                       opt=opt, reloc="default" if jit else "pic",
+                                       codemodel="jitdefault" if jit else "default")
 
 
 @functools.cache
-def host_target_machine(opt: int = 3) -> llvm.TargetMachine:
-    """The shared host target machine, for optimizing and emitting code. An execution engine
-    takes ownership of (and frees) its target machine, so each gets a new one."""
-    return new_host_target_machine(opt)
+def target_machine(target: Target, opt: int = 3) -> llvm.TargetMachine:
+    """The shared JIT target machine of `target`, for optimizing and emitting code. An
+    execution engine takes ownership of (and frees) its target machine, so each gets a
+    new one (`new_target_machine`)."""
+    return new_target_machine(target, opt)
 
 
-def host_features() -> set[str]:
-    """The host's enabled CPU features, without the '+' (e.g. {'avx2', 'fma', ...})."""
-    _initialize()
-    return {name for name, on in llvm.get_host_cpu_features().items() if on}
-
-
-def parse(module: ir.Module | str, tm: llvm.TargetMachine | None = None) -> llvm.ModuleRef:
+def parse(module: ir.Module | str, tm: llvm.TargetMachine) -> llvm.ModuleRef:
     """An llvmlite IR module (or its text) as a verified LLVM module for target `tm`."""
-    tm = tm or host_target_machine()
     if isinstance(module, ir.Module):
         module.triple = tm.triple
         module.data_layout = str(tm.target_data)
@@ -84,17 +91,17 @@ def parse(module: ir.Module | str, tm: llvm.TargetMachine | None = None) -> llvm
     return ref
 
 
-def optimize(ref: llvm.ModuleRef, tm: llvm.TargetMachine | None = None, level: int = 3) -> None:
+def optimize(ref: llvm.ModuleRef, tm: llvm.TargetMachine, level: int = 3) -> None:
     """Run LLVM's O`level` module pipeline (new pass manager) on `ref`, in place."""
-    tm = tm or host_target_machine()
     options = llvm.create_pipeline_tuning_options(speed_level=level)
     builder = llvm.create_pass_builder(tm, options)
     builder.getModulePassManager().run(ref, builder)
 
 
-def compile_ir(module: ir.Module | str, opt: int = 3) -> llvm.ModuleRef:
-    """Parse, verify and optimize; the result is ready for the JIT or for object code."""
-    tm = host_target_machine()
+def compile_ir(module: ir.Module | str, target: Target, opt: int = 3) -> llvm.ModuleRef:
+    """Parse, verify and optimize for `target`; the result is ready for the JIT or for
+    object code."""
+    tm = target_machine(target)
     ref = parse(module, tm)
     if opt:
         optimize(ref, tm, opt)
@@ -227,45 +234,56 @@ class JitModule:
         return fn
 
 
-def _engine(ref: llvm.ModuleRef) -> llvm.ExecutionEngine:
-    engine = llvm.create_mcjit_compiler(ref, new_host_target_machine())
+def _engine(ref: llvm.ModuleRef, target: Target) -> llvm.ExecutionEngine:
+    engine = llvm.create_mcjit_compiler(ref, new_target_machine(target))
     engine.finalize_object()
     engine.run_static_constructors()
     return engine
 
 
-def jit(ref: llvm.ModuleRef) -> JitModule:
+def jit(ref: llvm.ModuleRef, target: Target) -> JitModule:
     """Machine code for an optimized module (from `compile_ir`), in this process."""
+    _check_runnable(target)
     _check_externals(_declared(ref))
-    return JitModule(_engine(ref), ref)
+    return JitModule(_engine(ref, target), ref)
 
 
-def compile_module(module: ir.Module | str, opt: int = 3) -> JitModule:
-    """Optimize and JIT-compile an llvmlite module (or LLVM IR text)."""
-    return jit(compile_ir(module, opt))
+def compile_module(module: ir.Module | str, target: Target, opt: int = 3) -> JitModule:
+    """Optimize and JIT-compile an llvmlite module (or LLVM IR text) for `target`, which
+    must be this process's machine or one whose instructions it has."""
+    return jit(compile_ir(module, target, opt), target)
 
 
-def emit_object(module: ir.Module | str | llvm.ModuleRef, opt: int = 3) -> bytes:
-    """Host object code for a module; `load_object` runs it. An `llvm.ModuleRef` is taken as
-    already optimized."""
-    ref = module if isinstance(module, llvm.ModuleRef) else compile_ir(module, opt)
+def emit_object(module: ir.Module | str | llvm.ModuleRef, target: Target, opt: int = 3) -> bytes:
+    """Object code of `target` for a module; `load_object` runs it. An `llvm.ModuleRef` is
+    taken as already optimized."""
+    ref = module if isinstance(module, llvm.ModuleRef) else compile_ir(module, target, opt)
     _check_externals(_declared(ref))
-    return host_target_machine().emit_object(ref)
+    return target_machine(target).emit_object(ref)
 
 
-def load_object(data: bytes) -> JitModule:
+def load_object(data: bytes, target: Target) -> JitModule:
     """Load object code from `emit_object` into a fresh engine (no LLVM compile)."""
-    return load_objects([data])
+    return load_objects([data], target)
 
 
-def load_objects(objects: Sequence[bytes]) -> JitModule:
+def _check_runnable(target: Target) -> None:
+    """Code for `target` runs in this process only on the same architecture (a cross
+    target's code is exported, `ember.export`, not loaded)."""
+    if not target.runs_here():
+        raise CodegenError(f"code for {target.name} ({target.triple}) cannot run in this"
+                           " process; export it with ember.export(..., target=...)")
+
+
+def load_objects(objects: Sequence[bytes], target: Target) -> JitModule:
     """Load object files that together make one program (from `compile_objects`) into one
     fresh engine, which links their symbols to each other; no LLVM compile runs."""
     # The linker would abort the process on a symbol it cannot resolve: load libgomp first
     # if an object names it (its string table holds the names of the symbols it calls).
     if any(name.encode() + b"\0" in data for data in objects for name in OPENMP_SYMBOLS):
         load_openmp()
-    tm = new_host_target_machine()
+    _check_runnable(target)
+    tm = new_target_machine(target)
     empty = llvm.parse_assembly(f'target triple = "{tm.triple}"\n')
     engine = llvm.create_mcjit_compiler(empty, tm)
     for data in objects:
@@ -329,32 +347,38 @@ def _compile_alone(text: str, opt: int, machine: Callable[[], llvm.TargetMachine
         context.close()
 
 
-def compile_objects(modules: Iterable[ir.Module | str], opt: int = 3,
-                    machine: Callable[[], llvm.TargetMachine] = new_host_target_machine,
-                    check_externals: bool = True) -> list[bytes]:
-    """Object code for modules that together make one program (`llvm.program_modules`),
-    compiled on all cores: each module is optimized and compiled while the next is still
-    being built (`modules` may be a generator). `machine` makes a target machine (one per
-    module). For code that will run in this process (`check_externals`), raises
-    CodegenError when the objects call a function that none defines and the process lacks."""
-    with ThreadPoolExecutor(max_workers=usable_cores()) as pool:
+def compile_objects(modules: Iterable[ir.Module | str], target: Target, opt: int = 3,
+                    jit: bool = True) -> list[bytes]:
+    """Object code of `target` for modules that together make one program
+    (`llvm.program_modules`), compiled on all cores: each module is optimized and compiled
+    while the next is still being built (`modules` may be a generator); one target machine
+    per module. Code for this process (`jit`) is checked: raises CodegenError when the
+    objects call a function that none defines and the process lacks; other code is
+    position independent, for shared libraries."""
+
+    def machine() -> llvm.TargetMachine:
+        return new_target_machine(target, opt, jit)
+
+    with ThreadPoolExecutor(max_workers=usable_cores()) as pool, \
+            vmath.scaling_by_ldexp(target.vector_ldexp):
         jobs = [pool.submit(_compile_alone, str(module), opt, machine) for module in modules]
         results = [job.result() for job in jobs]
-    if check_externals:
+    if jit:
         defined = set().union(*(r[1] for r in results))
         _check_externals(set().union(*(r[2] for r in results)) - defined)
     return [data for data, _, _ in results]
 
 
-def llvm_ir_text(module: ir.Module | str, optimized: bool = True) -> str:
-    """The LLVM IR of a module, after O3 unless `optimized` is false."""
-    return str(compile_ir(module, 3 if optimized else 0))
+def llvm_ir_text(module: ir.Module | str, target: Target, optimized: bool = True) -> str:
+    """The LLVM IR of a module for `target`, after O3 unless `optimized` is false."""
+    return str(compile_ir(module, target, 3 if optimized else 0))
 
 
-def assembly_text(module: ir.Module | str | llvm.ModuleRef, opt: int = 3) -> str:
-    """Host assembly for a module (an `llvm.ModuleRef` is taken as already optimized)."""
-    ref = module if isinstance(module, llvm.ModuleRef) else compile_ir(module, opt)
-    return host_target_machine().emit_assembly(ref)
+def assembly_text(module: ir.Module | str | llvm.ModuleRef, target: Target, opt: int = 3) -> str:
+    """`target`'s assembly for a module (an `llvm.ModuleRef` is taken as already
+    optimized)."""
+    ref = module if isinstance(module, llvm.ModuleRef) else compile_ir(module, target, opt)
+    return target_machine(target).emit_assembly(ref)
 
 
 def pointer_array(addresses: Sequence[int]) -> ctypes.Array:

@@ -33,6 +33,7 @@ def compile(obj: Any, example_inputs: Any = None, *, config: Config | None = Non
     config = config or Config()
     if tune is not None:
         config = dataclasses.replace(config, tune=tune)
+    config = config.resolved()  # the target, once: every stage and cache key sees it
     if isinstance(obj, Graph):
         return CompiledGraph(obj, config)
     if _is_torch_module(obj):
@@ -179,7 +180,7 @@ class CompiledModule:
         from ember.frontends.torch.runtime import GraphRunner
 
         entry = load_entry(fingerprint)
-        executable = load_cached(entry[0]) if entry is not None else None
+        executable = load_cached(entry[0], self.config) if entry is not None else None
         if executable is None:
             return None
         return _ModuleRunner(GraphRunner(None, executable=executable), entry[1])

@@ -13,7 +13,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -62,9 +62,12 @@ class PassManager:
     print_stream: TextIO | None = None
     constants_mode: str = "elide"  # how dumps and prints show the constant table
     timings: list[PassTiming] = field(default_factory=list)
+    # Binds a target's options to the passes that take them (`Backend.configure`).
+    configure: Callable[[GraphPass], GraphPass] = lambda graph_pass: graph_pass
 
     def __post_init__(self) -> None:
-        self.pipeline = [get_pass(p) if isinstance(p, str) else p for p in self.passes]
+        self.pipeline = [self.configure(get_pass(p)) if isinstance(p, str) else p
+                         for p in self.passes]
 
     def run(self, graph: Graph) -> Graph:
         verify_graph(graph)

@@ -1,12 +1,19 @@
-"""The compiled CPU path, stage by stage: graph passes, lowering to loops, memory plan,
-LLVM code generation, JIT. One function strings the stages together; the caches skip
-them when the same graph, signature, config and target were compiled before.
+"""The stages from a graph to running code, in one place. Each stage is named, timed and,
+with EMBER_DUMP=dir, dumped; the caches skip them all when the same graph, signature and
+config (its target included) were compiled before.
 
-    graph (L1) --passes--> graph (L1) --lower--> program (L2) --plan, codegen--> object code
-                                                                  --load--> Executable
+    graph passes   graph (L1) -> graph (L1)     the default pipeline, the backend's layout
+                                                passes, fusion (each pass dumped, NN-name.ir)
+    lowering       graph -> program (L2)        algorithms, with a tuned compile's knobs and
+                                                searches (the tuner measures through the
+                                                backend)                       lowered.ir
+    scheduling     program -> program           the default schedule for the target
+                                                                               loops.ir
+    memory plan    program -> arena offsets
+    emission       program -> object code       the backend (LLVM)    llvm.ll, asm.s
+    loading        object code -> Executable    the backend
 
-EMBER_DUMP=dir writes every stage: the input and optimized graph (by the pass manager),
-the loop IR, the LLVM IR and the assembly.
+The target is resolved once, here (`Config.resolved`): the levels are given it.
 """
 
 from __future__ import annotations
@@ -14,30 +21,70 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ember.config import Config
+from ember.driver.backend import Backend, backend_for
+from ember.driver.keys import cache_key
 from ember.driver.pass_manager import PassManager, write_atomically, write_reproducer
 from ember.errors import CompileError, EmberError, UnsupportedOpError
 from ember.graph.ir import Graph, clone_graph
-from ember.graph.passes import DEFAULT_PIPELINE
+from ember.graph.passes import DEFAULT_PIPELINE, GraphPass
 from ember.runtime.cache import (
     CacheStats,
     DiskCache,
     MemoryCache,
-    cache_key,
+    cache_dir,
     get_cached,
     get_or_build,
 )
-from ember.runtime.executable import Artifact, Executable, build_artifact, load_artifact
+from ember.runtime.executable import Artifact, Executable
+from ember.target import Target
 
 _MEMORY = MemoryCache()
 stats = CacheStats()  # hits and builds of this process, for tests and explain
 last_build: dict = {}  # timings and kernel count of the latest cold build, for the demo
 
 
+def this_machine() -> Target:
+    """The machine this process runs on (for what measures it, like explain's roofline)."""
+    return Target.host()
+
+
 def signature(graph: Graph) -> tuple:
     return tuple((v.dtype.value, v.shape) for v in graph.inputs)
+
+
+def graph_pipeline(config: Config, backend: Backend) -> list[str | GraphPass]:
+    """The graph passes of a compile: attention before `decompose` splits its softmax, the
+    default pipeline, the backend's layout passes, fusion, and dce (which drops what the
+    layout passes replaced)."""
+    return (["fuse_attention"] if config.fuse_attention else []) + DEFAULT_PIPELINE + \
+        backend.graph_passes(config) + (["fuse"] if config.fusion else []) + ["dce"]
+
+
+class _Stages:
+    """Runs the stages of one compile: times each one and dumps its output."""
+
+    def __init__(self, timings: dict[str, float]):
+        self.timings = timings
+        dump = os.environ.get("EMBER_DUMP")
+        self.folder = Path(dump) if dump else None
+
+    def run(self, name: str, stage: Callable[[], Any], dump: Callable[[Any, Path], None]
+            | None = None) -> Any:
+        start = time.perf_counter()
+        result = stage()
+        self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
+        if self.folder is not None and dump is not None:
+            dump(result, self.folder)
+        return result
+
+
+def _dump_text(file: str, text_of: Callable[[Any], str]) -> Callable[[Any, Path], None]:
+    return lambda result, folder: write_atomically(folder / file, text_of(result))
 
 
 def lower_to_program(graph: Graph, config: Config, timings: dict | None = None):
@@ -46,37 +93,38 @@ def lower_to_program(graph: Graph, config: Config, timings: dict | None = None):
     it and differ only in what happens to the object code."""
     from ember.loops.lower import lower_graph
     from ember.loops.schedule import schedule_program
+    from ember.loops.text import print_program
     from ember.loops.verify import verify_program
     from ember.runtime.memory_plan import plan_memory
 
-    timings = {} if timings is None else timings
-    start = time.perf_counter()
-    # Lowering decisions around the default pipeline: attention before `decompose` splits
-    # its softmax, explicit conv padding after `canonicalize` absorbs pads into convs, and
-    # packed conv weights once the convs have no padding, and packed matmul weights (dce
-    # drops the unpacked ones). Winograd's convs come first: they pad their input to whole
-    # tiles themselves.
-    passes = (["fuse_attention"] if config.fuse_attention else []) + DEFAULT_PIPELINE + \
-        (["winograd_convs"] if config.winograd else []) + \
-        ["pad_convs", "pack_convs", "pack_matmuls"] + (["fuse"] if config.fusion else []) + ["dce"]
-    optimized = PassManager(passes).run(clone_graph(graph))
-    timings["graph passes"] = time.perf_counter() - start
-    start = time.perf_counter()
-    with reproduced("lowering to loops", optimized, "python -m ember lower {input} -p ''"), \
-            _tuning(config):
-        program = verify_program(schedule_program(lower_graph(optimized)))
-        plan = plan_memory(program)
-    timings["lowering"] = time.perf_counter() - start
+    config = config.resolved()
+    target, backend = config.target, backend_for(config.target)
+    stages = _Stages({} if timings is None else timings)
+    optimized = stages.run("graph passes", lambda: PassManager(
+        graph_pipeline(config, backend)).run(clone_graph(graph)))
+    loops_text = _dump_text("loops.ir", lambda p: print_program(p, constants="elide"))
+    with reproduced("lowering to loops", optimized, "python -m ember lower {input} -p ''"):
+        tuning = _tuning(config, backend)
+        program = stages.run("lowering", lambda: lower_graph(optimized, target, tuning),
+                             _dump_text("lowered.ir",
+                                        lambda p: print_program(p, constants="elide")))
+        program = stages.run("scheduling",
+                             lambda: verify_program(schedule_program(program, target)),
+                             loops_text)
+        plan = stages.run("memory plan", lambda: plan_memory(program))
     return program, plan
 
 
-def _tuning(config: Config):
-    """The tuning database's winners (and the search for new shapes) in a tuned compile."""
+def _tuning(config: Config, backend: Backend):
+    """The tuning session of a tuned compile (the database's winners, and the search for
+    new shapes, measured by the backend), else None."""
     if not config.tune:
-        return contextlib.nullcontext()
-    from ember.loops.tune import TuningDatabase, using_database
+        return None
+    from ember.codegen.cpu import default_num_threads
+    from ember.loops.tune import Tuning, TuningDatabase
 
-    return using_database(TuningDatabase(), tune=True, budget_seconds=config.tune_budget)
+    return Tuning(TuningDatabase(cache_dir() / "tuning.json"), config.target, backend.measure,
+                  search=True, budget_seconds=config.tune_budget, threads=default_num_threads())
 
 
 @contextlib.contextmanager
@@ -97,17 +145,16 @@ def reproduced(stage: str, graph: Graph, replay: str):
 
 def build(graph: Graph, config: Config) -> Artifact:
     """Every stage, from a graph to object code (the cold path)."""
-    from ember.codegen.cpu import assembly_text, llvm_ir_text
-    from ember.codegen.llvm import program_module
     from ember.loops.ir import Call
-    from ember.loops.text import print_program
 
+    config = config.resolved()
+    backend = backend_for(config.target)
     timings: dict[str, float] = {}
     program, plan = lower_to_program(graph, config, timings)
-    start = time.perf_counter()
+    stages = _Stages(timings)
     with reproduced("LLVM code generation", graph, "python -m ember ir {input} --stage asm"):
-        artifact = build_artifact(program, plan)
-    timings["llvm"] = time.perf_counter() - start
+        artifact = stages.run("llvm", lambda: backend.emit(program, plan),
+                              lambda _, folder: backend.dump(program, plan, folder))
     artifact.extra["timings"] = timings
     artifact.extra["kernels"] = len(program.kernels)
     artifact.extra["kernel_table"] = kernel_table(program)
@@ -115,13 +162,6 @@ def build(graph: Graph, config: Config) -> Artifact:
         artifact.extra["steps"] = [[s.kernel, list(s.args)] for s in program.steps]
     last_build.clear()
     last_build.update(artifact.extra)
-    dump = os.environ.get("EMBER_DUMP")
-    if dump:
-        folder = Path(dump)
-        write_atomically(folder / "loops.ir", print_program(program, constants="elide"))
-        module = program_module(program, plan.offsets)
-        write_atomically(folder / "llvm.ll", llvm_ir_text(module))
-        write_atomically(folder / "asm.s", assembly_text(module))
     return artifact
 
 
@@ -145,11 +185,13 @@ def kernel_table(program) -> list[dict]:
 
 
 def compile_graph(graph: Graph, config: Config | None = None) -> Executable:
-    """`graph` compiled for the host, from the caches when it was compiled before."""
-    config = config or Config()
+    """`graph` compiled for the config's target (default: this machine), from the caches
+    when it was compiled before."""
+    config = (config or Config()).resolved()
+    backend = backend_for(config.target)
     key = cache_key(graph, signature(graph), config)
     disk = DiskCache() if config.disk_cache else None
-    executable = get_or_build(key, lambda: build(graph, config), load_artifact, memory=_MEMORY,
+    executable = get_or_build(key, lambda: build(graph, config), backend.load, memory=_MEMORY,
                               disk=disk, stats=stats)
     executable.cache_key = key  # what a module's fingerprint records (the warm path)
     return executable
@@ -162,9 +204,10 @@ def clear_memory_cache() -> None:
     _MEMORY = MemoryCache()
 
 
-def load_cached(key: str) -> Executable | None:
+def load_cached(key: str, config: Config | None = None) -> Executable | None:
     """The executable cached under `key`, from memory or disk, or None: no stage runs."""
-    executable = get_cached(key, load_artifact, memory=_MEMORY, disk=DiskCache(), stats=stats)
+    backend = backend_for((config or Config()).resolved().target)
+    executable = get_cached(key, backend.load, memory=_MEMORY, disk=DiskCache(), stats=stats)
     if executable is not None:
         executable.cache_key = key
     return executable

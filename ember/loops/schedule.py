@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ember.dtypes import DType
 from ember.errors import VerificationError
 from ember.loops.cost import trip_count, weighted
 from ember.loops.ir import (
@@ -46,6 +47,7 @@ from ember.loops.ir import (
 )
 from ember.loops.simplify import simplify_kernel
 from ember.loops.verify import verify_kernel
+from ember.target import Target
 
 # About the work of one fork on this class of machine: below it, a team costs more than it
 # saves (a fork and join measured ~8 us on 2 threads; a simple iteration is ~1 ns).
@@ -165,21 +167,13 @@ def default_schedule(kernel: Kernel, min_work: int = MIN_PARALLEL_WORK) -> Kerne
     return kernel
 
 
-def f32_lanes() -> int:
-    """The f32 lanes of the host's vectors that kernels are shaped for: 16 with AVX-512,
-    else 8 (AVX2; narrower vectors are legalized by LLVM)."""
-    from ember.codegen.target import host_target
-
-    return 16 if host_target().vector_bits >= 512 else 8
-
-
-def transpose_block() -> int:
+def transpose_block(target: Target) -> int:
     """The side of a transposed block: one vector of f32, so that the block's loads and
     stores are whole vectors."""
-    return f32_lanes()
+    return target.lanes(DType.f32)
 
 
-def block_transposes(kernel: Kernel) -> Kernel:
+def block_transposes(kernel: Kernel, target: Target) -> Kernel:
     """Tile each transposing nest `for %a { for %b { y[.., %b] = f(x[.., %b, .., %a]) } }`
     (every store contiguous in %b, a load contiguous in %a instead) into square blocks,
     `for %a.o { for %b.o { for %a.i unrolled { for %b.i vectorized { .. } } } }`. Code
@@ -193,7 +187,7 @@ def block_transposes(kernel: Kernel) -> Kernel:
     from ember.codegen.vector import access_kind
     from ember.loops.primitives import _split, reorder, unroll, vectorize
 
-    side = transpose_block()
+    side = transpose_block(target)
     shapes = {b.name: b.shape for b in (*kernel.params, *kernel.locals)}
     pairs = []
     for outer in walk_stmts(kernel.body):
@@ -219,14 +213,12 @@ def block_transposes(kernel: Kernel) -> Kernel:
     return kernel
 
 
-VECTOR_BYTES = 64  # one AVX-512 register, two AVX2 ones: the lanes of an inner loop
-
-
-def vectorize_inner_loops(kernel: Kernel) -> Kernel:
+def vectorize_inner_loops(kernel: Kernel, target: Target) -> Kernel:
     """Each innermost serial loop with constant bounds whose body ember.codegen.vector can
-    run on lanes without gathers becomes a loop over blocks of VECTOR_BYTES of its widest
-    type, each a vectorized loop, and a vectorized tail for the rest. Kernels that already
-    have vectorized loops (a GEMM's) keep their schedule.
+    run on lanes without gathers becomes a loop over blocks of one of `target`'s vector
+    registers of its widest type (at least 4 lanes), each a vectorized loop, and a
+    vectorized tail for the rest. Kernels that already have vectorized loops (a GEMM's)
+    keep their schedule.
 
     LLVM's loop vectorizer would widen most of these loops too, but behind a run-time check
     that the output does not overlap the inputs: an output planned in place of its input
@@ -250,7 +242,7 @@ def vectorize_inner_loops(kernel: Kernel) -> Kernel:
             continue
         loads = [x for s in body_stmts for x in walk_expr(s.value) if isinstance(x, Load)]
         widest = max(x.dtype.itemsize for x in [*loads, *(s.value for s in body_stmts)])
-        width = max(4, VECTOR_BYTES // widest)
+        width = max(4, target.vector_bytes // widest)
         trips = int(loop.stop.value) - int(loop.start.value)
         if trips < width or any(access_kind(x.index, loop.var.name, shapes[x.buffer]) ==
                                 "gather" for x in loads):
@@ -289,14 +281,15 @@ def _lanes(loop: For, lane: str, first: Expr, count: int) -> For:
                _substitute(loop.body, {loop.var.name: Var(lane) + first}), kind="vectorized")
 
 
-def schedule_kernel(kernel: Kernel) -> Kernel:
+def schedule_kernel(kernel: Kernel, target: Target) -> Kernel:
     """`kernel` with its index arithmetic simplified by the loops' ranges (divisions that
-    inlined reshapes leave) and the default schedule applied: transposes in blocks,
-    parallel outer loops, vectorized inner ones."""
-    return vectorize_inner_loops(default_schedule(block_transposes(simplify_kernel(kernel))))
+    inlined reshapes leave) and the default schedule for `target` applied: transposes in
+    blocks, parallel outer loops, vectorized inner ones."""
+    blocked = block_transposes(simplify_kernel(kernel), target)
+    return vectorize_inner_loops(default_schedule(blocked), target)
 
 
-def schedule_program(program: Program) -> Program:
-    """`program` with each kernel scheduled by `schedule_kernel`."""
-    program.kernels = [schedule_kernel(k) for k in program.kernels]
+def schedule_program(program: Program, target: Target) -> Program:
+    """`program` with each kernel scheduled by `schedule_kernel` for `target`."""
+    program.kernels = [schedule_kernel(k, target) for k in program.kernels]
     return program

@@ -38,11 +38,11 @@ from typing import Any
 import numpy as np
 
 from ember.codegen import CodegenError
-from ember.codegen.target import Target
 from ember.dtypes import DType
 from ember.errors import EmberError, ShapeError
 from ember.loops.ir import Buffer, Program
 from ember.runtime.memory_plan import ALIGNMENT, MemoryPlan
+from ember.target import Target
 
 C_TYPES = {DType.f32: "float", DType.f64: "double", DType.i8: "int8_t", DType.i16: "int16_t",
            DType.i32: "int32_t", DType.i64: "int64_t", DType.u8: "uint8_t",
@@ -246,6 +246,7 @@ def write_library(program: Program, plan: MemoryPlan, out_dir: str | Path, targe
                   name: str = "model", input_names: list[str] | None = None,
                   output_names: list[str] | None = None) -> Path:
     """Write the library, header, metadata and example of `program` to `out_dir`."""
+    from ember.codegen.cpu import compile_objects
     from ember.codegen.llvm import program_modules
     from ember.runtime.executable import shards
 
@@ -265,7 +266,8 @@ def write_library(program: Program, plan: MemoryPlan, out_dir: str | Path, targe
                                        "shape": list(b.shape), "offset": o}
                                       for b, o in zip(constants, offsets)]},
             "files": {"library": f"lib{name}.so", "header": f"{name}.h", "example": "main.c"}}
-    objects = target.emit_objects(program_modules(program, plan.offsets, shards(program)))
+    objects = compile_objects(program_modules(program, plan.offsets, shards(program)), target,
+                              jit=False)
     parallel = any(b"GOMP_parallel\0" in obj for obj in objects)
     (out / f"{name}.h").write_text(_header(name, meta))
     (out / "main.c").write_text(_main_c(name))

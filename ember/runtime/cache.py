@@ -1,12 +1,9 @@
 """Compile caches: in memory, and on disk so that a new process skips every stage.
 
-    key = cache_key(graph, signature, config)            # content hash
     exe = get_or_build(key, build, load, memory=MemoryCache(), disk=DiskCache())
 
-The key hashes what decides the machine code: the input graph's text (constants hashed
-by their bytes), the input signature, the config, the target (triple, CPU, features) and
-Ember's version. A disk entry is a folder `<root>/<key[:2]>/<key>/` holding the object
-code (`code0.o`, `code1.o`, ...: one file per module), the constants (`constants.bin`,
+The key is the driver's (ember/driver/keys.py): a hash of what decides the machine code.
+A disk entry is a folder `<root>/<key[:2]>/<key>/` holding the object code (`code0.o`, `code1.o`, ...: one file per module), the constants (`constants.bin`,
 64-byte aligned) and `meta.json`: the program's interface, memory plan, constants index,
 and a checksum of every file and of itself. Entries are written into a temp folder and
 renamed into place, so a reader never sees half an entry; one that fails its checks is
@@ -59,39 +56,6 @@ def cache_dir() -> Path:
 
 # -- keys -----------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Target:
-    triple: str
-    cpu: str
-    features: str
-
-    @staticmethod
-    @functools.cache
-    def host() -> Target:
-        import llvmlite.binding as llvm
-
-        llvm.initialize_native_target()
-        features = ",".join(sorted(llvm.get_host_cpu_features().flatten().split(",")))
-        return Target(llvm.get_process_triple(), llvm.get_host_cpu_name(), features)
-
-
-def _array_bytes(h: Any, name: str, data: np.ndarray) -> None:
-    data = np.ascontiguousarray(data)
-    h.update(f"\n@{name} {data.dtype.str} {data.dtype.name} {data.shape}\n".encode())
-    h.update(data.reshape(-1).view(np.uint8).data)
-
-
-def graph_fingerprint(graph: Any) -> str:
-    """A hash of a graph: its text with the constant table elided, then each constant's
-    bytes (hashing bytes is much faster than printing them)."""
-    from ember.graph.text import print_graph
-
-    h = hashlib.sha256(print_graph(graph, constants="elide").encode())
-    for name, data in graph.constants.items():
-        _array_bytes(h, name, data)
-    return h.hexdigest()
-
-
 def _jsonable(x: Any) -> Any:
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
         return {f.name: _jsonable(getattr(x, f.name)) for f in dataclasses.fields(x)}
@@ -102,18 +66,6 @@ def _jsonable(x: Any) -> Any:
     if x is None or isinstance(x, (bool, int, float, str)):
         return x
     return str(x)
-
-
-def cache_key(graph: Any, signature: Any, config: Any, target: Target | None = None,
-              version: str | None = None) -> str:
-    """The content hash that names a compiled graph in both caches."""
-    if version is None:
-        version = code_version()
-    target = target or Target.host()
-    parts = {"format": FORMAT, "graph": graph_fingerprint(graph),
-             "signature": _jsonable(signature), "config": _jsonable(config),
-             "target": _jsonable(target), "version": version}
-    return _sha(json.dumps(parts, sort_keys=True).encode())
 
 
 @functools.cache

@@ -28,6 +28,7 @@ from ember.errors import EmberError, ShapeError
 from ember.loops.ir import Buffer, Program
 from ember.runtime.memory_plan import ALIGNMENT, MemoryPlan, plan_memory
 from ember.runtime.pool import OUTPUTS
+from ember.target import Target
 
 # void entry(void **inputs, void **outputs, void **constants, char *arena)
 ENTRY_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
@@ -283,16 +284,15 @@ class Artifact:
     extra: dict[str, Any] = field(default_factory=dict)  # JSON-able notes (timings, ...)
 
 
-def build_artifact(program: Program, plan: MemoryPlan | None = None) -> Artifact:
-    """Plan memory (unless given a plan) and compile `program` to host object code."""
-    from ember.codegen import vmath
+def build_artifact(program: Program, target: Target, plan: MemoryPlan | None = None
+                   ) -> Artifact:
+    """Plan memory (unless given a plan) and compile `program` to `target`'s object code,
+    for this process."""
     from ember.codegen.cpu import compile_objects
     from ember.codegen.llvm import entry_name, program_modules
-    from ember.codegen.target import host_target
 
     plan = plan or plan_memory(program)
-    with vmath.scaling_by_ldexp(host_target().vector_ldexp):
-        objects = compile_objects(program_modules(program, plan.offsets, shards(program)))
+    objects = compile_objects(program_modules(program, plan.offsets, shards(program)), target)
     return Artifact(objects, Interface.of(program, entry_name(program.name)), plan,
                     dict(program.constants))
 
@@ -306,15 +306,17 @@ def shards(program: Program) -> int:
     return 1 if workers == 1 or len(program.kernels) < 8 else 2 * workers
 
 
-def load_artifact(artifact: Artifact) -> Executable:
-    """Load an artifact's object code into a fresh engine: no LLVM compile runs."""
+def load_artifact(artifact: Artifact, target: Target) -> Executable:
+    """Load an artifact's object code (for `target`) into a fresh engine: no LLVM compile
+    runs."""
     from ember.codegen.cpu import load_objects
 
-    jit = load_objects(artifact.objects)
+    jit = load_objects(artifact.objects, target)
     return Executable(artifact.interface, artifact.plan, jit.address(artifact.interface.entry),
                       jit, artifact.constants, artifact.extra)
 
 
-def compile_program(program: Program, plan: MemoryPlan | None = None) -> Executable:
+def compile_program(program: Program, target: Target, plan: MemoryPlan | None = None
+                    ) -> Executable:
     """`program` as a callable (the cold path of the cache, without the cache)."""
-    return load_artifact(build_artifact(program, plan))
+    return load_artifact(build_artifact(program, target, plan), target)

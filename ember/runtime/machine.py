@@ -23,6 +23,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ember.dtypes import DType
+from ember.target import Target
+
 
 @dataclass(frozen=True)
 class MachineLimits:
@@ -36,14 +39,13 @@ class MachineLimits:
         return self.peak_gflops_one_thread * self.threads
 
 
-def _fma_peak() -> float:
-    """GFLOP/s of one thread running independent vector FMAs."""
-    import llvmlite.binding as llvm
+def _fma_peak(target: Target) -> float:
+    """GFLOP/s of one thread running independent vector FMAs of `target`'s width."""
     from llvmlite import ir
 
-    from ember.codegen.cpu import compile_module, host_features
+    from ember.codegen.cpu import compile_module
 
-    lanes = 16 if "avx512f" in host_features() else 8 if "avx" in host_features() else 4
+    lanes = target.lanes(DType.f32)
     f32 = ir.FloatType()
     vec = ir.VectorType(f32, lanes)
     module = ir.Module("peak")
@@ -73,8 +75,7 @@ def _fma_peak() -> float:
     for v in new[1:]:
         total = b.fadd(total, v)
     b.ret(b.extract_element(total, ir.Constant(ir.IntType(32), 0)))
-    del llvm  # the JIT below initializes LLVM
-    jit = compile_module(module)
+    jit = compile_module(module, target)
     run = jit.function("ember_fma_peak", ctypes.c_float, ctypes.c_int64)
     iterations = 2_000_000
     run(10_000)
@@ -86,7 +87,7 @@ def _fma_peak() -> float:
     return 2 * 12 * lanes * iterations / best / 1e9
 
 
-def _copy_bandwidth() -> float:
+def _copy_bandwidth(target: Target) -> float:
     """GB/s (read + write) of a compiled, parallel copy of 64 MiB."""
     from ember.graph.builder import Builder
     from ember.loops.lower import lower_graph
@@ -97,8 +98,8 @@ def _copy_bandwidth() -> float:
     b = Builder("copy")
     x = b.input("x", "f32", (n,))
     b.output(x)  # an input returned as an output: the program copies it
-    program = schedule_program(lower_graph(b.build()))
-    run = compile_program(program)
+    program = schedule_program(lower_graph(b.build(), target), target)
+    run = compile_program(program, target)
     src, dst = np.ones(n, np.float32), np.empty(n, np.float32)
     run(src, out=[dst])
     best = float("inf")
@@ -109,17 +110,14 @@ def _copy_bandwidth() -> float:
     return 2 * src.nbytes / best / 1e9
 
 
-def _key() -> dict:
-    import llvmlite.binding as llvm
+def _key(target: Target) -> dict:
+    from ember.codegen.cpu import default_num_threads
 
-    from ember.codegen.cpu import default_num_threads, host_features
-
-    return {"cpu": llvm.get_host_cpu_name(), "features": sorted(host_features()),
-            "threads": default_num_threads()}
+    return {"cpu": target.cpu, "target": target.key(), "threads": default_num_threads()}
 
 
 @functools.cache
-def _measured(key_text: str) -> MachineLimits:
+def _measured(key_text: str, target: Target) -> MachineLimits:
     from ember.runtime.cache import cache_dir
 
     key = json.loads(key_text)
@@ -130,8 +128,8 @@ def _measured(key_text: str) -> MachineLimits:
             return MachineLimits(**saved["limits"])
     except (OSError, ValueError, TypeError, KeyError):
         pass
-    limits = MachineLimits(key["cpu"], key["threads"], round(_fma_peak(), 1),
-                           round(_copy_bandwidth(), 1))
+    limits = MachineLimits(key["cpu"], key["threads"], round(_fma_peak(target), 1),
+                           round(_copy_bandwidth(target), 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".machine.", suffix=".tmp")
     with os.fdopen(fd, "w") as f:
@@ -140,12 +138,13 @@ def _measured(key_text: str) -> MachineLimits:
     return limits
 
 
-def measure(force: bool = False) -> MachineLimits:
-    """This machine's limits (measured once, then read from the cache)."""
-    key_text = json.dumps(_key(), sort_keys=True)
+def measure(target: Target, force: bool = False) -> MachineLimits:
+    """The limits of this machine, described by `target` (measured once, then read from
+    the cache)."""
+    key_text = json.dumps(_key(target), sort_keys=True)
     if force:
         _measured.cache_clear()
         from ember.runtime.cache import cache_dir
 
         (cache_dir() / "machine.json").unlink(missing_ok=True)
-    return _measured(key_text)
+    return _measured(key_text, target)

@@ -24,6 +24,9 @@ from ember.graph.ops.elementwise import _cast_reference
 from ember.graph.ops.registry import get_opdef
 from ember.loops.ir import BINARY_OPS, COMPARISONS, PREDICATE_UNARY, UNARY_OPS
 from ember.loops.text import parse_kernel, parse_program
+from ember.target import Target
+
+HOST = Target.host()
 
 N = 64
 DTYPES = [DType.f32, DType.f64, DType.f16, DType.bf16, DType.i8, DType.i32, DType.i64,
@@ -47,11 +50,11 @@ def run_kernel(jit: cpu.JitModule, name: str, *arrays: np.ndarray) -> None:
 
 
 def compile_kernels(*texts: str) -> cpu.JitModule:
-    return cpu.compile_module(kernel_module([parse_kernel(t) for t in texts]))
+    return cpu.compile_module(kernel_module([parse_kernel(t) for t in texts]), target=HOST)
 
 
 def run_program(program, plan, inputs=(), outputs=(), constants=(), arena_bytes=256):
-    jit = cpu.compile_module(program_module(program, plan))
+    jit = cpu.compile_module(program_module(program, plan), target=HOST)
     arena = np.zeros(arena_bytes, np.uint8)
     jit.entry(program.name)(cpu.pointer_array([ptr(a) for a in inputs]),
                             cpu.pointer_array([ptr(a) for a in outputs]),
@@ -159,8 +162,8 @@ def test_max_and_min_propagate_nan_and_leave_the_sign_of_zero_open(kind: str) ->
     x = np.array([np.nan, 1, np.nan, -np.inf, 2, 0, -0.0, 5] * 2, np.float32)
     y = np.array([1, np.nan, np.nan, 3, -np.inf, -0.0, 0, 5] * 2, np.float32)
     hi, lo = np.zeros(16, np.float32), np.zeros(16, np.float32)
-    cpu.compile_module(module).kernel("k", 4)(x.ctypes.data, y.ctypes.data, hi.ctypes.data,
-                                              lo.ctypes.data)
+    cpu.compile_module(module, target=HOST).kernel("k", 4)(x.ctypes.data, y.ctypes.data,
+                                                           hi.ctypes.data, lo.ctypes.data)
     np.testing.assert_array_equal(hi, np.maximum(x, y))  # (-0 == +0 here)
     np.testing.assert_array_equal(lo, np.minimum(x, y))
 
@@ -452,9 +455,9 @@ def test_program_loop_stops_at_trip_count_or_condition(n, limit, acc, count) -> 
 
 def test_object_code_loads_into_a_fresh_engine() -> None:
     program = parse_program(TWO_KERNELS)
-    data_bytes = cpu.emit_object(program_module(program, {"t": 0}))
+    data_bytes = cpu.emit_object(program_module(program, {"t": 0}), target=HOST)
     assert isinstance(data_bytes, bytes) and len(data_bytes) > 0
-    jit = cpu.load_object(data_bytes)
+    jit = cpu.load_object(data_bytes, target=HOST)
     x = np.ones((4, 8), np.float32)
     b, s, y = np.full(8, 1, np.float32), np.array(2, np.float32), np.zeros((4, 8), np.float32)
     arena = np.zeros(128, np.uint8)
@@ -487,7 +490,7 @@ def test_a_program_compiled_as_several_modules_on_all_cores() -> None:
     assert all('@"two_num_threads" = external global' in t
                for t in texts if "two_num_threads" in t and "= global" not in t)
 
-    jit = cpu.load_objects(cpu.compile_objects(iter(modules)))
+    jit = cpu.load_objects(cpu.compile_objects(iter(modules), HOST), HOST)
     assert jit.set_num_threads("two", 2)
     x = np.ones((4, 8), np.float32)
     b, s, y = np.full(8, 1, np.float32), np.array(2, np.float32), np.zeros((4, 8), np.float32)
@@ -499,25 +502,26 @@ def test_a_program_compiled_as_several_modules_on_all_cores() -> None:
 
 def test_compiling_modules_reports_bad_ir_and_missing_functions() -> None:
     with pytest.raises(CodegenError, match="does not parse"):
-        cpu.compile_objects(["define void @f() { ret i32 }"])
+        cpu.compile_objects(["define void @f() { ret i32 }"], target=HOST)
     with pytest.raises(CodegenError, match="'ember_nowhere', which this process lacks"):
         cpu.compile_objects(["declare void @ember_nowhere()\n"
-                             "define void @f() { call void @ember_nowhere() ret void }"])
+                             "define void @f() { call void @ember_nowhere() ret void }"],
+                            target=HOST)
     # defined by another module of the same program: found
     cpu.compile_objects(["declare void @g()\ndefine void @f() { call void @g() ret void }",
-                         "define void @g() { ret void }"])
+                         "define void @g() { ret void }"], target=HOST)
 
 
 def test_dumps() -> None:
     module = program_module(parse_program(TWO_KERNELS), {"t": 0})
-    unoptimized = cpu.llvm_ir_text(module, optimized=False)
+    unoptimized = cpu.llvm_ir_text(module, optimized=False, target=HOST)
     assert "define void @add_bias(ptr" in unoptimized and "@two_entry(" in unoptimized
-    assert "target triple" in cpu.llvm_ir_text(module)
-    assert "two_entry:" in cpu.assembly_text(module)
+    assert "target triple" in cpu.llvm_ir_text(module, target=HOST)
+    assert "two_entry:" in cpu.assembly_text(module, target=HOST)
 
 
 def test_host_target_uses_avx2_and_fma() -> None:
-    features = cpu.host_features()
+    features = set(HOST.features)
     if "avx2" not in features:
         pytest.skip("the host has no AVX2")
     assert "fma" in features
@@ -525,7 +529,7 @@ def test_host_target_uses_avx2_and_fma() -> None:
                                                           %y: f32[1024], %out: f32[1024]) {
       for %i = 0 to 1024 { %out[%i] = add(mul(%a[%i], %x[%i]), %y[%i]) }
     }""")])
-    asm = cpu.assembly_text(module)
+    asm = cpu.assembly_text(module, target=HOST)
     assert re.search(r"%[yz]mm\d+", asm), "the loop was not vectorized with AVX registers"
 
 

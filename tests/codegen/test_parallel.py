@@ -24,6 +24,9 @@ from ember.codegen.llvm import kernel_module, program_module
 from ember.errors import VerificationError
 from ember.loops.text import parse_kernel, parse_program
 from ember.loops.verify import verify_kernel, verify_program
+from ember.target import Target
+
+HOST = Target.host()
 
 REPO = Path(__file__).resolve().parents[2]
 TEAMS = [1, 2, 4]
@@ -40,7 +43,7 @@ def serial(text: str) -> str:
 
 @functools.cache
 def compiled(text: str) -> cpu.JitModule:
-    return cpu.compile_module(kernel_module([verify_kernel(parse_kernel(text))]))
+    return cpu.compile_module(kernel_module([verify_kernel(parse_kernel(text))]), target=HOST)
 
 
 def run(text: str, team: int | None, *arrays: np.ndarray) -> list[np.ndarray]:
@@ -101,7 +104,7 @@ def test_row_sum_with_a_private_accumulator() -> None:
     check_team_sizes(ROW_SUM, [x.astype(np.float64).sum(axis=1)], x, np.zeros(67, np.float32),
                      atol=1e-3)
     # Each thread has its own accumulator: an alloca of the outlined body, not of the kernel.
-    ir = cpu.llvm_ir_text(kernel_module([parse_kernel(ROW_SUM)]), optimized=False)
+    ir = cpu.llvm_ir_text(kernel_module([parse_kernel(ROW_SUM)]), optimized=False, target=HOST)
     assert re.search(r"%acc = alloca", function_text(ir, "row_sum.parallel0"))
     assert function_text(ir, "row_sum").count("%acc") == 1  # its own alloca, unused
 
@@ -136,7 +139,7 @@ def hits_module() -> cpu.JitModule:
         %hits[%i] = add(%hits[%i], 1:i32)
       }}
     }}""") for n, (start, stop, step) in enumerate(RANGES)]
-    return cpu.compile_module(kernel_module(kernels))
+    return cpu.compile_module(kernel_module(kernels), target=HOST)
 
 
 @pytest.mark.parametrize("team", [1, 2, 3, 4, 8])
@@ -194,7 +197,7 @@ NESTED = """kernel @nested(%x: f32[6,11], %y: f32[6,11]) {
 
 
 def test_only_the_outermost_parallel_loop_forks() -> None:
-    ir = cpu.llvm_ir_text(kernel_module([parse_kernel(NESTED)]), optimized=False)
+    ir = cpu.llvm_ir_text(kernel_module([parse_kernel(NESTED)]), optimized=False, target=HOST)
     assert len(re.findall(r"call void @\"?GOMP_parallel", ir)) == 1
     x = np.random.default_rng(5).standard_normal((6, 11)).astype(np.float32)
     check_team_sizes(NESTED, [x * x], x, np.zeros_like(x))
@@ -205,9 +208,9 @@ def test_only_the_outermost_parallel_loop_forks() -> None:
 def test_llvm_ir_outlines_the_body_and_calls_gomp_parallel(monkeypatch) -> None:
     def optimized_ir(threads: str) -> str:
         monkeypatch.setenv("EMBER_NUM_THREADS", threads)
-        return cpu.llvm_ir_text(kernel_module([parse_kernel(ROW_SUM)]))
+        return cpu.llvm_ir_text(kernel_module([parse_kernel(ROW_SUM)]), target=HOST)
 
-    ir = cpu.llvm_ir_text(kernel_module([parse_kernel(ROW_SUM)]), optimized=False)
+    ir = cpu.llvm_ir_text(kernel_module([parse_kernel(ROW_SUM)]), optimized=False, target=HOST)
     assert re.search(r"define internal void @row_sum\.parallel0\(ptr", ir)
     assert re.search(r"call void @GOMP_parallel\(ptr @row_sum\.parallel0, ptr", ir)
     # A team of one runs the body itself, without the runtime's fork and join.
@@ -220,7 +223,7 @@ def test_llvm_ir_outlines_the_body_and_calls_gomp_parallel(monkeypatch) -> None:
     assert re.search(r"@kernels_num_threads = [a-z_ ]*global i32 0", ir)
     assert optimized_ir("2") == ir
     assert "GOMP_parallel" not in cpu.llvm_ir_text(kernel_module([parse_kernel(
-        serial(ROW_SUM))]))
+        serial(ROW_SUM))]), target=HOST)
 
 
 PROGRAM = ELEMENTWISE + """
@@ -240,7 +243,8 @@ def thread_global(jit: cpu.JitModule, program: str) -> int:
 @pytest.mark.parametrize("threads", ["1", "2"])
 def test_the_entry_takes_the_thread_count_from_ember_num_threads(monkeypatch, threads) -> None:
     monkeypatch.setenv("EMBER_NUM_THREADS", threads)
-    jit = cpu.compile_module(program_module(verify_program(parse_program(PROGRAM)), {}))
+    jit = cpu.compile_module(program_module(verify_program(parse_program(PROGRAM)), {}),
+                             target=HOST)
     assert thread_global(jit, "scale") == 0  # until the runtime looks the entry up
     entry = jit.entry("scale")
     assert thread_global(jit, "scale") == int(threads)
@@ -270,8 +274,9 @@ import ctypes, json, sys
 import numpy as np
 from ember.runtime.cache import DiskCache
 from ember.runtime.executable import load_artifact
+from ember.target import Target
 
-exe = load_artifact(DiskCache().load(sys.argv[1]))
+exe = load_artifact(DiskCache().load(sys.argv[1]), Target.host())
 address = exe.engine.engine.get_global_value_address("scale_num_threads")
 x = np.arange(1001, dtype=np.float32)
 print(json.dumps({"ok": bool((exe(x)[0] == x * 3 + 1).all()),
@@ -286,7 +291,7 @@ def test_object_code_from_the_disk_cache_runs_in_a_new_process(tmp_path) -> None
     from ember.runtime.executable import build_artifact
 
     key = "ab" * 32
-    DiskCache(tmp_path).store(key, build_artifact(parse_program(PROGRAM)))
+    DiskCache(tmp_path).store(key, build_artifact(parse_program(PROGRAM), target=HOST))
     for threads in ("1", "2"):
         env = {**os.environ, "EMBER_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(REPO),
                "EMBER_NUM_THREADS": threads}

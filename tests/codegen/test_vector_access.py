@@ -25,6 +25,9 @@ from ember.codegen.vector import STREAMING_BYTES, VectorPlan, flatten_index, pla
 from ember.loops.ir import Binary, Const, Var
 from ember.loops.text import parse_kernel, parse_program
 from ember.loops.verify import verify_kernel
+from ember.target import Target
+
+HOST = Target.host()
 
 RNG = np.random.default_rng(5)
 X86 = platform.machine() in ("x86_64", "AMD64")
@@ -32,7 +35,7 @@ X86 = platform.machine() in ("x86_64", "AMD64")
 
 def run(text: str, *arrays: np.ndarray) -> cpu.JitModule:
     kernel = verify_kernel(parse_kernel(text))
-    jit = cpu.compile_module(kernel_module([kernel]))
+    jit = cpu.compile_module(kernel_module([kernel]), target=HOST)
     jit.kernel(kernel.name, len(arrays))(*(a.ctypes.data for a in arrays))
     return jit
 
@@ -72,7 +75,7 @@ def test_scalar_access_by_flat_position_needs_no_division() -> None:
   }
 }"""
     kernel = verify_kernel(parse_kernel(text))
-    ir_text = cpu.llvm_ir_text(kernel_module([kernel]), optimized=False)
+    ir_text = cpu.llvm_ir_text(kernel_module([kernel]), optimized=False, target=HOST)
     assert not any(op in ir_text for op in ("sdiv", "udiv", "srem", "urem"))
     w, y = RNG.standard_normal((4, 3, 3)).astype(np.float32), np.zeros(36, np.float32)
     run(text, w, y)
@@ -152,7 +155,7 @@ def test_strided_loads_read_their_lanes_elements_only(stride: int, count: int) -
   }}
 }}"""
     ir_text = cpu.llvm_ir_text(kernel_module([verify_kernel(parse_kernel(text))]),
-                               optimized=False)
+                               optimized=False, target=HOST)
     assert "masked.load" in ir_text and "gather" not in ir_text
     run(text, x, y)
     np.testing.assert_array_equal(y[:count], x[::stride])
@@ -166,7 +169,7 @@ def test_a_select_whose_loads_are_in_bounds_stays_a_select() -> None:
   for %j = 0 to 8 { %y[%j] = select(%c[%j], %a[%j], %b[sub(7, %j)]) }
 }"""
     ir_text = cpu.llvm_ir_text(kernel_module([verify_kernel(parse_kernel(text))]),
-                               optimized=False)
+                               optimized=False, target=HOST)
     assert " select " in ir_text and "phi float" not in ir_text
 
 
@@ -230,7 +233,7 @@ def test_streaming_stores_at_any_alignment(offset: int) -> None:
 @pytest.mark.skipif(not X86, reason="non-temporal vector stores are an x86 instruction here")
 def test_streaming_stores_only_for_large_outputs() -> None:
     def assembly(n: int) -> str:
-        return cpu.assembly_text(kernel_module([parse_kernel(stream_text(n))]))
+        return cpu.assembly_text(kernel_module([parse_kernel(stream_text(n))]), target=HOST)
 
     assert "vmovntps" in assembly(STREAM)
     assert "vmovntps" not in assembly(1 << 16)
@@ -261,7 +264,7 @@ def test_identical_kernels_are_emitted_once() -> None:
     second = str(module.get_global("second"))
     assert "call void @\"first\"" in second or "call void @first" in second
     assert "exp" not in second.replace("@first", "")  # no body of its own
-    jit = cpu.compile_module(module)
+    jit = cpu.compile_module(module, target=HOST)
     a, b = RNG.standard_normal(64).astype(np.float32) / 4, np.zeros(64, np.float32)
     arena = np.zeros(256, np.uint8)
     jit.entry("twins")(cpu.pointer_array([a.ctypes.data]), cpu.pointer_array([b.ctypes.data]),
@@ -290,7 +293,7 @@ def test_store_to_distinct_elements_is_a_masked_scatter() -> None:
     loop = parse_kernel(text).body[0].body[0].body[0]
     assert isinstance(plan_vector(loop, set(), {"x": (12, 7), "y": (12, 7)}), VectorPlan)
     ir_text = cpu.llvm_ir_text(kernel_module([verify_kernel(parse_kernel(text))]),
-                               optimized=False)
+                               optimized=False, target=HOST)
     assert "llvm.masked.scatter" in ir_text
     x, y = RNG.standard_normal((12, 7)).astype(np.float32), np.zeros((12, 7), np.float32)
     run(text, x, y)
@@ -368,7 +371,7 @@ def test_vectorized_reductions_reduce_across_lanes(dtype, op, n, width) -> None:
     plan = plan_vector(loop, {"acc"}, reductions=True)
     assert isinstance(plan, VectorPlan) and plan.reductions == {"acc"}
     assert isinstance(plan_vector(loop, {"acc"}), str)  # only when asked for
-    assert "shufflevector" in cpu.llvm_ir_text(kernel_module([kernel]), optimized=False)
+    assert "shufflevector" in cpu.llvm_ir_text(kernel_module([kernel]), HOST, optimized=False)
     np_type = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64}[dtype]
     x = (RNG.standard_normal((3, n)) * 100).astype(np_type)
     y = np.zeros(3, np_type)

@@ -18,6 +18,9 @@ from ember.loops.interp import run_program
 from ember.loops.lower import lower_graph
 from ember.loops.verify import verify_program
 from tests.graph.random_graphs import random_graphs
+from ember.target import Target
+
+HOST = Target.host()
 
 PIPELINE = [*DEFAULT_PIPELINE, "fuse", "dce"]
 
@@ -35,7 +38,7 @@ def check_values(graph, inputs, compiled=True, rtol=1e-5, atol=1e-6):
     want = interpret(graph, inputs)
     fused = run_passes(parse_graph(print_graph(graph)), PIPELINE, verify_each=True)
     for got in (interpret(fused, inputs),
-                run_program(verify_program(lower_graph(fused)), inputs)):
+                run_program(verify_program(lower_graph(fused, target=HOST)), inputs)):
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
     if compiled:
@@ -124,7 +127,7 @@ def test_softmax_row_computes_each_exp_once() -> None:
 
     graph, inputs = softmax_graph(shape=(64, 512))
     fused = check_values(graph, inputs)
-    (kernel,) = schedule_program(lower_graph(fused)).kernels
+    (kernel,) = schedule_program(lower_graph(fused, HOST), HOST).kernels
     exprs = [x for s in walk_stmts(kernel.body) if hasattr(s, "value")
              for x in walk_expr(s.value)]
     assert sum(isinstance(x, Unary) and x.op == "exp" for x in exprs) == 1
@@ -294,7 +297,7 @@ def test_fusion_preserves_values_of_random_graphs(case) -> None:
     for g, w in zip(interpret(fused, inputs), want):
         np.testing.assert_array_equal(g, w)
     try:
-        program = verify_program(lower_graph(fused))
+        program = verify_program(lower_graph(fused, target=HOST))
     except ember.UnsupportedOpError:
         return  # an op the loop IR does not have (not fusion's concern)
     for g, w in zip(run_program(program, inputs), want):

@@ -14,13 +14,26 @@ import pytest
 
 import ember
 from ember import Builder, interpret
+from ember.driver.backend import CpuBackend, _panel_width
 from ember.driver.pass_manager import run_passes
 from ember.graph.ops.linalg import unpack_matmul_weights
 from ember.graph.passes.fold import constant_value
-from ember.graph.passes.pack_matmuls import panel_width
 from ember.loops.lower import lower_graph
 from ember.loops.schedules import gemm
 from ember.loops.text import print_kernel
+from ember.target import Target
+
+HOST = Target.host()
+BACKEND = CpuBackend(HOST)
+
+
+def panel_width(x_shape, n: int) -> int:
+    return _panel_width(HOST, x_shape, n)
+
+
+def packed_graph(graph):
+    """`graph` after pack_matmuls, with the host backend's panel widths, and dce."""
+    return run_passes(graph, ["pack_matmuls", "dce"], configure=BACKEND.configure)
 
 RNG = np.random.default_rng(23)
 CPU = ember.Config(executor="cpu", disk_cache=False)
@@ -58,7 +71,7 @@ def test_constant_matrices_are_packed_and_match_the_interpreter(x_shape, n,
                                                                  epilogue) -> None:
     w = data(x_shape[-1], n) / 10
     graph = matmul_graph(x_shape, w, epilogue)
-    packed = run_passes(graph, ["pack_matmuls", "dce"])
+    packed = packed_graph(graph)
     (op,) = [op for op in packed.walk() if "matmul" in op.name]
     assert op.name == "packed_matmul" and op.attrs["n"] == n
     wp = constant_value(packed, op.operands[1])
@@ -71,8 +84,8 @@ def test_constant_matrices_are_packed_and_match_the_interpreter(x_shape, n,
 def test_the_schedule_reads_the_panels_in_place(x_shape) -> None:
     """No copy of B: the kernel's only locals are the register tile and the accumulator,
     and the micro-kernel loads a row of the tile's panel."""
-    graph = run_passes(matmul_graph(x_shape, data(256, 512)), ["pack_matmuls", "dce"])
-    kernel = lower_graph(graph).kernels[0]
+    graph = packed_graph(matmul_graph(x_shape, data(256, 512)))
+    kernel = lower_graph(graph, target=HOST).kernels[0]
     lanes = panel_width(x_shape, 512)
     assert [b.shape for b in kernel.locals if len(b.shape) == 3] == []
     text = print_kernel(kernel)
@@ -83,9 +96,9 @@ def test_a_narrower_tile_copies_the_panels(monkeypatch) -> None:
     """A schedule whose tile is not the panel width (a tuned one, say) packs B from the
     panels as it would from any B, and computes the same values."""
     narrow = gemm.GemmSchedule(mr=4, nr=8)
-    monkeypatch.setattr(gemm, "default_gemm_schedule", lambda g: narrow)
+    monkeypatch.setattr(gemm, "default_gemm_schedule", lambda g, target: narrow)
     graph = matmul_graph((20, 256), data(256, 300) / 10)
-    kernel = lower_graph(run_passes(graph, ["pack_matmuls", "dce"])).kernels[0]
+    kernel = lower_graph(packed_graph(graph), target=HOST).kernels[0]
     assert any(len(b.shape) == 3 for b in kernel.locals)  # the copied panels
     check_compiled(graph, data(20, 256))
 
@@ -99,12 +112,12 @@ def test_matmuls_that_keep_their_matrix(x_shape, w_shape, dtype, why) -> None:
     b = Builder("mm")
     w = RNG.standard_normal(w_shape).astype({"f32": np.float32, "f16": np.float16}[dtype])
     b.output(b.matmul(b.input("x", dtype, x_shape), b.constant(w)))
-    graph = run_passes(b.build(), ["pack_matmuls", "dce"])
+    graph = packed_graph(b.build())
     assert [op.name for op in graph.walk() if "matmul" in op.name] == ["matmul"], why
 
 
 def test_a_matrix_that_is_an_input_is_not_packed() -> None:
     b = Builder("mm")
     b.output(b.matmul(b.input("x", "f32", (8, 256)), b.input("w", "f32", (256, 256))))
-    graph = run_passes(b.build(), ["pack_matmuls", "dce"])
+    graph = packed_graph(b.build())
     assert [op.name for op in graph.walk() if "matmul" in op.name] == ["matmul"]

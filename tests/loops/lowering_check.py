@@ -11,10 +11,13 @@ from ember.loops.interp import run_program
 from ember.loops.lower import lower_graph
 from ember.loops.text import parse_program, print_program
 from ember.loops.verify import verify_program
+from ember.target import Target
+
+HOST = Target.host()
 
 
 def check_lowering(graph: Graph, inputs, rtol: float = 1e-6, atol: float = 1e-6) -> None:
-    program = verify_program(lower_graph(graph))
+    program = verify_program(lower_graph(graph, target=HOST))
     text = print_program(program)
     assert print_program(parse_program(text)) == text
     want = interpret(graph, inputs)

@@ -23,6 +23,9 @@ from ember import Builder
 from ember.loops.ir import Const, Fma, For, Select, walk_expr, walk_stmts
 from ember.loops.lower import lower_graph
 from ember.loops.schedule import schedule_program
+from ember.target import Target
+
+HOST = Target.host()
 
 RNG = np.random.default_rng(11)
 CPU = ember.Config(executor="cpu", disk_cache=False)
@@ -85,7 +88,7 @@ def test_padding_inside_the_conv_against_torch(x_shape, w_shape, bias, strides, 
     graph = conv_graph(x_shape, w_shape, bias, strides, pads, dilations)
     x, w = data(*x_shape), data(*w_shape)
     args = [x, w] + ([data(w_shape[0])] if bias else [])
-    got = compile_program(schedule_program(lower_graph(graph)))(*args)[0]
+    got = compile_program(schedule_program(lower_graph(graph, HOST), HOST), target=HOST)(*args)[0]
     want = torch_conv(x, w, args[2] if bias else None, strides, pads, dilations)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1, np.abs(want).max()))
 
@@ -94,7 +97,7 @@ def test_conv_nest_is_the_gemm_schedule() -> None:
     """A padded 3x3 conv is the blocked GEMM: a parallel task loop, a vector-FMA
     micro-kernel, and B packed through a select (zeros in the padding), not an If."""
     graph = conv_graph((1, 16, 28, 28), (32, 16, 3, 3), True, (1, 1), (1, 1, 1, 1), (1, 1))
-    (kernel,) = lower_graph(graph).kernels
+    (kernel,) = lower_graph(graph, target=HOST).kernels
     loops = [s for s in walk_stmts(kernel.body) if isinstance(s, For)]
     kinds = {loop.kind for loop in loops}
     assert {"parallel", "vectorized", "unrolled"} <= kinds
@@ -110,7 +113,7 @@ def _exprs(stmt):
 
 def test_grouped_conv_keeps_the_plain_nest() -> None:
     graph = conv_graph((1, 4, 6, 6), (4, 2, 3, 3), False, (1, 1), (1, 1, 1, 1), (1, 1), 2)
-    (kernel,) = lower_graph(graph).kernels
+    (kernel,) = lower_graph(graph, target=HOST).kernels
     assert not any(isinstance(s, For) and s.kind == "parallel"
                    for s in walk_stmts(kernel.body))
     x, w = data(1, 4, 6, 6), data(4, 2, 3, 3)
@@ -162,7 +165,7 @@ def test_depthwise_values_against_torch(x_shape, kernel, bias, strides, pads,
 def test_depthwise_nest_reads_a_padded_plane_in_vectors(batch: int) -> None:
     graph = conv_graph((batch, 32, 28, 28), (32, 1, 3, 3), True, (1, 1), (1, 1, 1, 1),
                        (1, 1), 32)
-    (kernel,) = schedule_program(lower_graph(graph)).kernels
+    (kernel,) = schedule_program(lower_graph(graph, HOST), HOST).kernels
     # The (image, channel) task loop is parallel by the default schedule, batches too.
     assert isinstance(kernel.body[0], For) and kernel.body[0].kind == "parallel"
     loops = [s for s in walk_stmts(kernel.body) if isinstance(s, For)]
@@ -195,7 +198,7 @@ def test_panels_inside_a_row_load_row_segments() -> None:
     from ember.codegen.vector import access_kind
 
     graph = conv_graph((1, 8, 20, 40), (16, 8, 3, 3), False, (1, 1), (1, 1, 1, 1), (1, 1))
-    (kernel,) = lower_graph(graph).kernels
+    (kernel,) = lower_graph(graph, target=HOST).kernels
     shapes = {b.name: b.shape for b in kernel.params}
     kinds = set()
     for loop in walk_stmts(kernel.body):
@@ -217,7 +220,7 @@ def test_pointwise_conv_panels_are_contiguous_loads() -> None:
 
     graph = conv_graph((1, 144, 56, 56), (24, 144, 1, 1), False, (1, 1), (0, 0, 0, 0), (1, 1))
     # (As compiled: simplification moves the block's first row out of the quotient.)
-    (kernel,) = schedule_program(lower_graph(graph)).kernels
+    (kernel,) = schedule_program(lower_graph(graph, HOST), HOST).kernels
     shapes = {b.name: b.shape for b in (*kernel.params, *kernel.locals)}
     kinds = set()
     for loop in walk_stmts(kernel.body):
@@ -239,7 +242,7 @@ def test_short_pointwise_panels_are_read_in_place(out_channels: int, copied: boo
     Values match torch, the partial last panel (400 positions) included."""
     graph = conv_graph((1, 32, 20, 20), (out_channels, 32, 1, 1), True, (1, 1),
                        (0, 0, 0, 0), (1, 1))
-    (kernel,) = schedule_program(lower_graph(graph)).kernels
+    (kernel,) = schedule_program(lower_graph(graph, HOST), HOST).kernels
     assert any(len(b.shape) == 3 for b in kernel.locals) == copied  # the packed B block
     x, w, bias = data(1, 32, 20, 20), data(out_channels, 32, 1, 1), data(out_channels)
     got = ember.compile(graph, config=CPU)(x, w, bias)[0]
@@ -257,7 +260,7 @@ def test_unpadded_panels_are_masked_row_segments(width: int, stride: int) -> Non
 
     graph = conv_graph((1, 4, width + 2, width + 2), (16, 4, 3, 3), False, (stride, stride),
                        (0, 0, 0, 0), (1, 1))
-    (kernel,) = lower_graph(graph).kernels
+    (kernel,) = lower_graph(graph, target=HOST).kernels
     shapes = {b.name: b.shape for b in (*kernel.params, *kernel.locals)}
     kinds = set()
     for loop in walk_stmts(kernel.body):
@@ -287,7 +290,7 @@ def test_depthwise_strided_plane_copies_are_strided_loads(stride: int) -> None:
     b.output(b.conv(b.input("x", "f32", (1, 4, 40, 40)), b.input("w", "f32", (4, 1, 3, 3)),
                     strides=(stride, stride), pads=(1, 1, 1, 1), groups=4))
     graph = b.build()
-    (kernel,) = lower_graph(graph).kernels
+    (kernel,) = lower_graph(graph, target=HOST).kernels
     plane = kernel.locals[0].name
     shapes = {p.name: p.shape for p in kernel.params}
     copies = [s for s in walk_stmts(kernel.body) if isinstance(s, For)
@@ -317,7 +320,7 @@ def test_depthwise_sums_a_group_of_output_vectors_at_once(height: int, width: in
     b.output(b.conv(b.input("x", "f32", (1, 3, height, width)),
                     b.input("w", "f32", (3, 1, 3, 3)), pads=(1, 1, 1, 1), groups=3))
     graph = b.build()
-    (kernel,) = lower_graph(graph).kernels
+    (kernel,) = lower_graph(graph, target=HOST).kernels
     assert kernel.locals[1].shape == (chains, min(16, width))
     x, w = data(1, 3, height, width), data(3, 1, 3, 3)
     got = ember.compile(graph, config=CPU)(x, w)[0]

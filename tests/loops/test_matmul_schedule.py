@@ -33,6 +33,9 @@ from ember.loops.schedules import gemm
 from ember.loops.text import parse_kernel, parse_program, print_kernel
 from ember.loops.verify import verify_kernel, verify_program
 from ember.runtime.memory_plan import plan_memory
+from ember.target import Target
+
+HOST = Target.host()
 
 RNG = np.random.default_rng(7)
 CPU = ember.Config(executor="cpu", disk_cache=False)
@@ -60,7 +63,7 @@ def check_compiled(a_shape, b_shape, dtype="f32", rtol=1e-5) -> None:
 
 
 def kernel_of(graph) -> Kernel:
-    program = verify_program(lower_graph(graph))
+    program = verify_program(lower_graph(graph, target=HOST))
     return program.kernels[0]
 
 
@@ -69,7 +72,7 @@ def schedule(monkeypatch):
     """Lower matmuls with the GemmSchedule given to the returned function."""
     def use(**params) -> gemm.GemmSchedule:
         chosen = gemm.GemmSchedule(**params)
-        monkeypatch.setattr(gemm, "default_gemm_schedule", lambda g: chosen)
+        monkeypatch.setattr(gemm, "default_gemm_schedule", lambda g, target: chosen)
         return chosen
     return use
 
@@ -77,7 +80,7 @@ def schedule(monkeypatch):
 # -- before and after ----------------------------------------------------------------------
 
 def test_plain_nest_is_matched() -> None:
-    ctx = LowerContext(matmul_graph((7, 13), (13, 5)).ops[-1])
+    ctx = LowerContext(matmul_graph((7, 13), (13, 5)).ops[-1], HOST)
     plain = plain_matmul(ctx)
     text = print_kernel(Kernel("plain", [*ctx.inputs, *ctx.outputs], plain, ctx.locals))
     assert "%t0[] = add(%t0[], mul(%x0[%i0, %i2], %x1[%i2, %i1]))" in text
@@ -87,13 +90,13 @@ def test_plain_nest_is_matched() -> None:
 
 
 def test_match_finds_batch_and_vector_roles() -> None:
-    ctx = LowerContext(matmul_graph((2, 1, 3, 4), (4, 5)).ops[-1])
+    ctx = LowerContext(matmul_graph((2, 1, 3, 4), (4, 5)).ops[-1], HOST)
     g = gemm.match_gemm(plain_matmul(ctx))
     assert [e for _, e in g.batch] == [2, 1] and (g.m, g.n, g.depth) == (3, 5, 4)
-    ctx = LowerContext(matmul_graph((4,), (2, 4, 3)).ops[-1])
+    ctx = LowerContext(matmul_graph((4,), (2, 4, 3)).ops[-1], HOST)
     g = gemm.match_gemm(plain_matmul(ctx))
     assert g.row is None and g.m == 1 and [e for _, e in g.batch] == [2] and g.n == 3
-    ctx = LowerContext(matmul_graph((3, 4), (4,)).ops[-1])
+    ctx = LowerContext(matmul_graph((3, 4), (4,)).ops[-1], HOST)
     g = gemm.match_gemm(plain_matmul(ctx))
     assert g.col is None and g.n == 1 and g.m == 3
 
@@ -120,7 +123,7 @@ def test_schedule_after(schedule) -> None:
     assert len(stores) == 1  # the one store per element that a fused epilogue replaces
     assert re.search(r"if eq\(%pc\d+, 1\)", text)  # only the last pass writes the output
     x, y = data((7, 13)), data((13, 5))
-    program = verify_program(lower_graph(matmul_graph((7, 13), (13, 5))))
+    program = verify_program(lower_graph(matmul_graph((7, 13), (13, 5)), target=HOST))
     np.testing.assert_allclose(interp.run_program(program, [x, y])[0], x @ y, rtol=1e-5,
                                atol=1e-5)
 
@@ -128,7 +131,7 @@ def test_schedule_after(schedule) -> None:
 def test_one_tile_reads_b_in_place() -> None:
     # A vector times a matrix: no packed B; the last panel (past N) reads B's last column.
     kernel = kernel_of(matmul_graph((17,), (17, 40)))
-    nr = 32 if gemm.wide_vectors() else 16  # the host's default tile width
+    nr = gemm.matrix_tile(HOST).nr  # the host's default tile width
     assert [b.shape for b in kernel.locals] == [(), (1, nr)]
     text = print_kernel(kernel)
     assert "if le(add(mul(%jr" in text and "%x1[%k" in text and ", 39)]" in text
@@ -218,7 +221,7 @@ def test_transcendental_epilogue_writes_rows_from_a_staging_tile(depth) -> None:
     row_loop = next(s for s in walk_stmts(kernel.body) if isinstance(s, For) and write in s.body)
     assert write.kind == "vectorized" and row_loop.kind == "serial", print_kernel(kernel)
     read = {load.buffer for load in loads_in(row_loop.body)}
-    tile = gemm.default_tile(45, False, 37)  # the copy of the register tile
+    tile = gemm.default_tile(45, False, 37, HOST)  # the copy of the register tile
     assert [buf.shape for buf in kernel.locals if buf.name in read and buf.shape] == \
         [(min(tile.mr, 45), min(tile.nr, 37))]
     inputs = [data((45, depth)), data((depth, 37)), data((37,))]
@@ -229,11 +232,11 @@ def test_transcendental_epilogue_writes_rows_from_a_staging_tile(depth) -> None:
 
 
 def test_micro_kernel_is_vector_fma() -> None:
-    if not {"avx2", "fma"} <= cpu.host_features():
+    if not {"avx2", "fma"} <= set(HOST.features):
         pytest.skip("the host has no AVX2 and FMA")
-    program = verify_program(lower_graph(matmul_graph((64, 64), (64, 64))))
+    program = verify_program(lower_graph(matmul_graph((64, 64), (64, 64)), target=HOST))
     plan = plan_memory(program)
-    asm = cpu.assembly_text(program_module(program, plan))
+    asm = cpu.assembly_text(program_module(program, plan), target=HOST)
     assert re.search(r"vfmadd\d+ps\s+[^\n]*%[yz]mm", asm)
 
 
@@ -263,7 +266,7 @@ def test_fma_text_verify_and_interp() -> None:
 
 def run(text: str, *arrays: np.ndarray) -> None:
     kernel = verify_kernel(parse_kernel(text))
-    jit = cpu.compile_module(kernel_module([kernel]))
+    jit = cpu.compile_module(kernel_module([kernel]), target=HOST)
     jit.kernel(kernel.name, len(arrays))(*(a.ctypes.data for a in arrays))
 
 
@@ -346,7 +349,7 @@ def test_loops_that_run_serially(body, why) -> None:
     # ... and the code is still right: a serial loop.
     x, y = np.arange(9, dtype=np.float32), np.arange(9, dtype=np.float32) + 10
     want_x, want_y = x.copy(), y.copy()
-    jit = cpu.compile_module(kernel_module([kernel]))
+    jit = cpu.compile_module(kernel_module([kernel]), target=HOST)
     jit.kernel("k", 2)(x.ctypes.data, y.ctypes.data)
     state = {"t": np.float32(5)}
     for j in range(8):  # the serial meaning, in Python
@@ -382,7 +385,7 @@ def test_unrolled_loop_is_copied() -> None:
     kernel = verify_kernel(parse_kernel("""kernel @k(%x: f32[3], %y: f32[3]) {
   for %i = 0 to 3 unrolled { %y[%i] = mul(%x[%i], 2.0:f32) }
 }"""))
-    ir = cpu.llvm_ir_text(kernel_module([kernel]), optimized=False)
+    ir = cpu.llvm_ir_text(kernel_module([kernel]), optimized=False, target=HOST)
     assert "i.header" not in ir  # no loop: three copies of the body
     assert Const(3) == kernel.body[0].stop
 

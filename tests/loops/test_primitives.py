@@ -30,6 +30,9 @@ from ember.loops.primitives import (
 )
 from ember.loops.text import parse_kernel, print_kernel
 from ember.loops.verify import verify_kernel
+from ember.target import Target
+
+HOST = Target.host()
 
 SCALE = """kernel @scale(%x: f32[10,12], %b: f32[12], %y: f32[10,12]) {
   for %i = 0 to 10 {
@@ -481,7 +484,7 @@ def test_replay_applies_every_step() -> None:
 # -- through LLVM ------------------------------------------------------------------------------
 
 def run_compiled(kernel: Kernel, arrays: list[np.ndarray]) -> list[np.ndarray]:
-    jit = cpu.compile_module(kernel_module([verify_kernel(kernel)]))
+    jit = cpu.compile_module(kernel_module([verify_kernel(kernel)]), target=HOST)
     jit.set_num_threads("kernels", 2)
     copies = [a.copy() for a in arrays]
     jit.kernel(kernel.name, len(copies))(*(a.ctypes.data for a in copies))

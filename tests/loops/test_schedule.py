@@ -20,6 +20,9 @@ from ember.loops.schedule import (
 )
 from ember.loops.text import parse_kernel, print_kernel
 from ember.loops.verify import verify_kernel
+from ember.target import Target
+
+HOST = Target.host()
 
 SCALE = """kernel @scale(%x: f32[{n},64], %y: f32[{n},64]) {{
   for %i = 0 to {n} {{
@@ -158,7 +161,7 @@ def test_inner_elementwise_loops_are_vectorized_in_blocks_and_a_tail() -> None:
       %y[%i, %j] = erf(%x[%i, %j])
     }
   }
-}"""))
+}"""), target=HOST)
     assert print_kernel(kernel) == """kernel @k(%x: f32[3,40], %y: f32[3,40]) {
   for %i = 0 to 3 {
     for %j.v = 0 to 2 {
@@ -174,7 +177,7 @@ def test_inner_elementwise_loops_are_vectorized_in_blocks_and_a_tail() -> None:
 """
     x = np.random.default_rng(0).standard_normal((3, 40)).astype(np.float32)
     y = np.zeros_like(x)
-    jit = cpu.compile_module(kernel_module([verify_kernel(kernel)]))
+    jit = cpu.compile_module(kernel_module([verify_kernel(kernel)]), target=HOST)
     jit.kernel("k", 2)(x.ctypes.data, y.ctypes.data)
     np.testing.assert_allclose(y, ember.interpret(erf_graph(x.shape), [x])[0], rtol=1e-6,
                                atol=1e-6)
@@ -197,7 +200,7 @@ def test_reductions_and_gathers_stay_serial(text: str) -> None:
     """A running max or sum (a lane would read what the previous one wrote) and a transpose
     (gathers, slower than the serial loop's scalar loads) keep their loops."""
     kernel = parse_kernel(text)
-    assert print_kernel(vectorize_inner_loops(kernel)) == print_kernel(kernel)
+    assert print_kernel(vectorize_inner_loops(kernel, target=HOST)) == print_kernel(kernel)
 
 
 def test_an_output_in_place_of_its_input_runs_vectorized() -> None:
@@ -230,8 +233,8 @@ def test_a_transposing_nest_is_tiled_into_square_blocks(monkeypatch) -> None:
     """The store runs along %j, the load along %i: 8x8 blocks, %i's rows unrolled and %j's
     lanes vectorized (code generation transposes a block in registers), the last row of
     blocks short."""
-    monkeypatch.setattr(schedule, "transpose_block", lambda: 8)
-    kernel = block_transposes(parse_kernel(TRANSPOSE))
+    monkeypatch.setattr(schedule, "transpose_block", lambda target: 8)
+    kernel = block_transposes(parse_kernel(TRANSPOSE), target=HOST)
     store = ("%y[add(mul(%i.o, 8), %i.i), add(mul(%j.o, 8), %j.i)] ="
              " mul(%x[add(mul(%j.o, 8), %j.i), add(mul(%i.o, 8), %i.i)], 2.0:f32)")
     assert print_kernel(kernel) == f"""kernel @t(%x: f32[40,20], %y: f32[20,40]) {{
@@ -261,7 +264,7 @@ NARROW_TRANSPOSE = """kernel @t(%x: f32[4,64], %y: f32[64,4]) {
 def test_other_nests_are_not_blocked(text: str) -> None:
     """Contiguous on both sides, a reduction, and a transpose narrower than a block."""
     kernel = parse_kernel(text)
-    assert print_kernel(block_transposes(kernel)) == print_kernel(kernel)
+    assert print_kernel(block_transposes(kernel, target=HOST)) == print_kernel(kernel)
 
 
 @pytest.mark.parametrize("shape, perm", [
@@ -287,7 +290,7 @@ def dtype_np(dtype: str):
 
 def test_a_full_block_is_transposed_in_registers() -> None:
     """No gather in a kernel of full blocks: vector loads and interleaving shuffles."""
-    side = schedule.transpose_block()
+    side = schedule.transpose_block(target=HOST)
     rows, cols = 4 * side, 2 * side
     kernel = vectorize_inner_loops(block_transposes(parse_kernel(
         f"""kernel @t(%x: f32[{rows},{cols}], %y: f32[{cols},{rows}]) {{
@@ -296,10 +299,11 @@ def test_a_full_block_is_transposed_in_registers() -> None:
       %y[%i, %j] = %x[%j, %i]
     }}
   }}
-}}""")))
+}}"""), target=HOST), target=HOST)
     text = str(kernel_module([verify_kernel(kernel)]))
     assert "shufflevector" in text and "gather" not in text
     x = np.random.default_rng(0).standard_normal((rows, cols)).astype(np.float32)
     y = np.zeros((cols, rows), np.float32)
-    cpu.compile_module(kernel_module([kernel])).kernel("t", 2)(x.ctypes.data, y.ctypes.data)
+    run = cpu.compile_module(kernel_module([kernel]), target=HOST).kernel("t", 2)
+    run(x.ctypes.data, y.ctypes.data)
     np.testing.assert_array_equal(y, x.T)

@@ -13,8 +13,11 @@ import pytest
 import ember
 from ember.driver.pipeline import lower_to_program
 from ember.loops.text import parse_kernel, print_kernel
-from ember.loops.tune import TuningDatabase, knobs
+from ember.loops.tune import Tuning, TuningDatabase, knobs
 from ember.loops.tune.worker import run_isolated
+from ember.target import Target
+
+HOST = Target.host()
 
 
 def _crash() -> None:
@@ -88,7 +91,7 @@ def attention_graph(name: str = "att"):
 
 
 def test_knobs_are_the_defaults_outside_a_tuned_lowering() -> None:
-    assert knobs.knobs("k", {"a": 1, "b": 2}, a=(1, 3)) == {"a": 1, "b": 2}
+    assert knobs.KnobValues().ask("k", {"a": 1, "b": 2}, {"a": (1, 3)}) == {"a": 1, "b": 2}
 
 
 def test_value_sets_start_with_the_defaults_and_sample_the_choices() -> None:
@@ -139,15 +142,17 @@ def test_the_defaults_stay_unless_clearly_beaten(monkeypatch, tmp_path, measured
                                                  winner) -> None:
     monkeypatch.setattr(knobs, "search", lambda *args: measured)
     db = TuningDatabase(tmp_path / "tuning.json")
-    asked = knobs._Asked()
+    asked = knobs.KnobValues()
     asked.asked["k"] = ({"a": 1}, {"a": (1, 2, 3)})
     distinct = iter(range(100))
 
-    def lower():  # each value set lowers to a kernel of its own
-        value = knobs.knobs("k", {"a": 1}, a=(1, 2, 3))["a"]
+    def lower(values):  # each value set lowers to a kernel of its own
+        value = values.ask("k", {"a": 1}, {"a": (1, 2, 3)})["a"]
         return parse_kernel(f"kernel @k(%y: f32[{value}, {next(distinct) + 1}]) {{\n}}")
 
     monkeypatch.setattr(knobs, "value_sets", lambda asked: [
         {"k": {"a": a}} for a in (1, 2, 3)])
-    record = knobs.tune_kernel(lower, asked, lower(), "k/x/cpu", 1, db, 1.0)
+    tuning = Tuning(db, HOST, measure=lambda text, outputs: 0.0, search=True,
+                    budget_seconds=1.0)
+    record = knobs.tune_kernel(lower, asked, lower(knobs.KnobValues()), "k/x/cpu", 1, tuning)
     assert record["knobs"] == {"k": {"a": winner + 1}} and db.get("k/x/cpu") == record

@@ -15,18 +15,20 @@ import pytest
 
 from ember import Builder, Config, DType
 from ember.runtime import cache as cache_mod
+from ember.driver.keys import cache_key
 from ember.runtime.cache import (
     CacheStats,
     DiskCache,
     MemoryCache,
-    Target,
     cache_dir,
-    cache_key,
     get_or_build,
 )
 from ember.runtime.executable import Artifact, Executable, Interface
 from ember.runtime.memory_plan import plan_memory
+from ember.target import Target
 from tests.runtime import handmade
+
+HOST = Target.host()
 
 REPO = Path(__file__).resolve().parents[2]
 C = np.arange(8, dtype=np.float32)
@@ -56,20 +58,22 @@ SIGNATURE = [("f32", (8,))]
 
 
 def test_key_covers_graph_constants_signature_config_target_and_version() -> None:
-    target = Target("x86_64-unknown-linux-gnu", "znver3", "+avx2,+fma")
-    base = cache_key(graph(), SIGNATURE, Config(), target, "0.1.0")
-    assert cache_key(graph(), SIGNATURE, Config(), target, "0.1.0") == base
+    config = Config(target="znver3")
+    base = cache_key(graph(), SIGNATURE, config, "0.1.0")
+    assert cache_key(graph(), SIGNATURE, config, "0.1.0") == base
     other_weight = C.copy()
     other_weight[3] = 3.5
     variants = [
-        cache_key(graph(other_weight), SIGNATURE, Config(), target, "0.1.0"),
-        cache_key(graph(), [("f32", (9,))], Config(), target, "0.1.0"),
-        cache_key(graph(), SIGNATURE, Config(max_specializations=2), target, "0.1.0"),
-        cache_key(graph(), SIGNATURE, Config(), Target(target.triple, "skylake", ""), "0.1.0"),
-        cache_key(graph(), SIGNATURE, Config(), target, "0.2.0"),
+        cache_key(graph(other_weight), SIGNATURE, config, "0.1.0"),
+        cache_key(graph(), [("f32", (9,))], config, "0.1.0"),
+        cache_key(graph(), SIGNATURE, Config(target="znver3", max_specializations=2),
+                  "0.1.0"),
+        cache_key(graph(), SIGNATURE, Config(target="znver4"), "0.1.0"),
+        cache_key(graph(), SIGNATURE, Config(target=Target.named("znver3").with_(
+            l2_bytes=1 << 20)), "0.1.0"),
+        cache_key(graph(), SIGNATURE, config, "0.2.0"),
     ]
-    assert len({base, *variants}) == 6
-    assert Target.host().triple and Target.host().cpu
+    assert len({base, *variants}) == 7
 
 
 def test_cache_dir_follows_the_environment(monkeypatch, tmp_path) -> None:
@@ -194,10 +198,11 @@ CHILD = """
 import json, sys
 import numpy as np
 from ember import Config
-from ember.runtime.cache import CacheStats, DiskCache, cache_key, get_or_build
+from ember.driver.keys import cache_key
+from ember.runtime.cache import CacheStats, DiskCache, get_or_build
 from tests.runtime import test_cache as t
 
-key = cache_key(t.graph(), t.SIGNATURE, Config())
+key = cache_key(t.graph(), t.SIGNATURE, Config().resolved())
 stats = CacheStats()
 exe = get_or_build(key, t.build_handmade, t.load_handmade, disk=DiskCache(), stats=stats)
 y = exe(np.ones(8, np.float32))[0]
@@ -225,17 +230,19 @@ REAL_CHILD = """
 import json, sys
 import numpy as np
 from ember import Config, interpret
-from ember.runtime.cache import CacheStats, DiskCache, cache_key, get_or_build
+from ember.driver.keys import cache_key
+from ember.runtime.cache import CacheStats, DiskCache, get_or_build
 from ember.runtime.executable import build_artifact, load_artifact
 from tests.runtime import test_cache as t
 
 g = t.graph()
 def build():
     from ember.loops.lower.program import lower_graph
-    return build_artifact(lower_graph(g))
+    return build_artifact(lower_graph(g, t.HOST), t.HOST)
 
 stats = CacheStats()
-exe = get_or_build(cache_key(g, t.SIGNATURE, Config()), build, load_artifact,
+exe = get_or_build(cache_key(g, t.SIGNATURE, Config().resolved()), build,
+                   lambda artifact: load_artifact(artifact, t.HOST),
                    disk=DiskCache(), stats=stats)
 x = np.linspace(-1, 1, 8, dtype=np.float32)
 print(json.dumps({"builds": stats.builds, "disk_hits": stats.disk_hits,

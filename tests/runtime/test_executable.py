@@ -9,6 +9,9 @@ from ember.dtypes import DType
 from ember.errors import EmberError, ShapeError
 from ember.runtime.executable import Executable, Interface, as_array
 from tests.runtime import handmade
+from ember.target import Target
+
+HOST = Target.host()
 
 C = np.arange(8, dtype=np.float32)
 
@@ -112,10 +115,10 @@ def test_compiled_graph_matches_the_interpreter_with_reused_memory() -> None:
     y = b.tanh(b.exp(b.add(x, w)))
     b.output(b.sub(b.neg(y), x), b.abs(y))
     graph = b.build()
-    program = lower_graph(graph)
+    program = lower_graph(graph, target=HOST)
     plan = plan_memory(program)
     assert plan.inplace and plan.arena_size < plan.total_bytes
-    exe = compile_program(program, plan)
+    exe = compile_program(program, HOST, plan)
     xv = np.random.default_rng(0).standard_normal((4, 8), dtype=np.float32)
     for got, want in zip(exe(xv), interpret(graph, [xv])):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
@@ -140,10 +143,10 @@ def test_compiled_control_flow_with_a_planned_arena_matches_the_interpreter() ->
     out = b.if_(c, lambda bb: [bb.abs(bb.sub(acc, y))], lambda bb: [bb.neg(acc)])
     b.output(out[0], b.mul(b.exp(y), acc))
     graph = b.build()
-    program = lower_graph(graph)
+    program = lower_graph(graph, target=HOST)
     plan = plan_memory(program)
     assert plan.inplace
-    exe = compile_program(program, plan)
+    exe = compile_program(program, HOST, plan)
     xv = np.linspace(-1, 1, 4, dtype=np.float32)
     for trips in (0, 1, 3):
         for flag in (True, False):

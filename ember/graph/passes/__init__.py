@@ -6,6 +6,7 @@ run by `ember.driver.pass_manager.PassManager`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,6 +19,11 @@ class GraphPass:
     name: str
     run: Callable[[Graph], Graph]
     summary: str
+
+    def configured(self, **options) -> GraphPass:
+        """This pass with keyword options bound (facts of the target that a layout pass
+        shapes its output for, given by the driver)."""
+        return GraphPass(self.name, functools.partial(self.run, **options), self.summary)
 
 
 _PASSES: dict[str, GraphPass] = {}

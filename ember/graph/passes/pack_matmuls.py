@@ -7,7 +7,7 @@ micro-kernel reads, once, at compile time.
 The matmul schedule (ember/loops/schedules/gemm.py) copies B into panels of `nr` columns,
 contiguous per k, before its micro-kernel reads them: for a layer's weights that copy is
 the same at every call. With the panels made here, of the width the schedule's tile
-takes on this host, it reads them in place. Measured on one thread, 128 rows (a
+takes on the target, it reads them in place. Measured on one thread, 128 rows (a
 transformer's tokens), GFLOP/s copied -> in place:
 
     128x768x3072 93 -> 107;  128x3072x768 97 -> 108;  128x768x2304 92 -> 108;
@@ -22,6 +22,9 @@ matrices narrower than a tile are left alone.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 from ember.dtypes import DType
 from ember.graph.builder import Builder
 from ember.graph.ir import Graph, Op, Value
@@ -30,21 +33,13 @@ from ember.graph.passes import graph_pass
 from ember.graph.passes.fold import constant_value
 from ember.graph.rewrite import PatternTable, apply_patterns
 
-matmul_packing = PatternTable()
-
 MIN_PACKED_ELEMENTS = 1 << 16  # K * N: below this, B's copy is a few microseconds
 
 
-def panel_width(x_shape: tuple[int, ...], n: int) -> int:
-    """The columns of the register tile that the matmul schedule gives x [..., M, K] times
-    a matrix of `n` columns on this host (a batch of x makes one batched matmul)."""
-    from ember.loops.schedules.gemm import default_tile
-
-    return default_tile(x_shape[-2], len(x_shape) > 2, n).nr
+PanelWidth = Callable[[tuple[int, ...], int], int]
 
 
-@matmul_packing.on("matmul")
-def packed_weights(op: Op, b: Builder) -> list[Value] | None:
+def packed_weights(op: Op, b: Builder, panel_width: PanelWidth) -> list[Value] | None:
     x, w = op.operands
     if (x.dtype is not DType.f32 or w.dtype is not DType.f32 or len(x.shape) < 2
             or len(w.shape) != 2 or w.shape[0] * w.shape[1] < MIN_PACKED_ELEMENTS):
@@ -61,6 +56,12 @@ def packed_weights(op: Op, b: Builder) -> list[Value] | None:
 
 @graph_pass("pack_matmuls", "pack the constant right operand of matmuls into the panels"
             " the matmul schedule reads")
-def pack_matmuls(graph: Graph) -> Graph:
-    apply_patterns(graph, matmul_packing)
+def pack_matmuls(graph: Graph, panel_width: PanelWidth | None = None) -> Graph:
+    """`panel_width(x_shape, n)` is the register tile's columns for x times a matrix of n
+    columns on the target (the driver's backend gives it); without it, nothing is packed."""
+    if panel_width is None:
+        return graph
+    table = PatternTable()
+    table.add("matmul", functools.partial(packed_weights, panel_width=panel_width))
+    apply_patterns(graph, table)
     return graph

@@ -27,6 +27,9 @@ from ember.loops.ir import (
     Var,
     const,
 )
+from ember.loops.tune.context import Tuning
+from ember.loops.tune.knobs import KnobValues
+from ember.target import Target
 
 Lowering = Callable[["LowerContext"], list[Stmt]]
 _LOWERINGS: dict[str, Lowering] = {}
@@ -57,10 +60,15 @@ def lowered_ops() -> list[str]:
 
 
 class LowerContext:
-    """One graph op being lowered to one kernel."""
+    """One graph op being lowered to one kernel, for `target` (whose facts the schedules
+    that lowerings apply read); `knob_values` and `tuning` come from a tuned compile."""
 
-    def __init__(self, op: Op):
+    def __init__(self, op: Op, target: Target, knob_values: KnobValues | None = None,
+                 tuning: Tuning | None = None):
         self.op = op
+        self.target = target
+        self.knob_values = knob_values if knob_values is not None else KnobValues()
+        self.tuning = tuning
         self.attrs = op.attrs
         self.inputs = [Buffer(f"x{i}", v.dtype, v.shape) for i, v in enumerate(op.operands)]
         self.outputs = [Buffer(f"y{i}", v.dtype, v.shape) for i, v in enumerate(op.results)]
@@ -70,6 +78,12 @@ class LowerContext:
         # transcendental math (a GELU after a matmul): a schedule that writes a register
         # tile at once then writes it a row at a time instead (ember/loops/schedules/gemm.py).
         self.heavy_epilogue = False
+
+    def knobs(self, kernel_class: str, defaults: dict[str, int],
+              **choices: tuple[int, ...]) -> dict[str, int]:
+        """The values of this lowering's parameters: `defaults`, unless a tuned compile gives
+        others; `choices` are the values a search tries (ember/loops/tune/knobs.py)."""
+        return self.knob_values.ask(kernel_class, defaults, choices)
 
     def unsupported(self, why: str) -> UnsupportedOpError:
         return UnsupportedOpError(f"{self.op.where()}: cannot lower: {why}")

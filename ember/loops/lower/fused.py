@@ -59,7 +59,7 @@ class _OpContext(LowerContext):
     its locals and loop variables are the kernel's."""
 
     def __init__(self, op: Op, kernel: FusedKernel, input_names: Sequence[str] | None = None):
-        super().__init__(op)
+        super().__init__(op, kernel.ctx.target, kernel.ctx.knob_values, kernel.ctx.tuning)
         self.kernel = kernel
         if input_names is not None:  # a root reading kernel parameters by name keeps working
             self.inputs = [Buffer(name, b.dtype, b.shape)
@@ -100,9 +100,9 @@ class FusedKernel:
     """The lowering of one fused op: `ctx` is the kernel's (parameters x0.. for operands,
     y0.. for results), `sources` say how to read each region value at an index."""
 
-    def __init__(self, op: Op, graph: Graph):
+    def __init__(self, op: Op, graph: Graph, ctx: LowerContext):
         self.op = op
-        self.ctx = LowerContext(op)
+        self.ctx = ctx
         region = op.regions[0]
         self.region = region
         members = [m for m in region.ops if m.name != "constant"]
@@ -308,10 +308,11 @@ class FusedKernel:
         return Store(scalar.name, (), value)
 
 
-def lower_fused(op: Op, graph: Graph) -> tuple[list[Stmt], list[Buffer], list[Buffer],
-                                               list[Buffer]]:
-    """(body, inputs, outputs, locals) of the kernel of fused op `op`."""
-    kernel = FusedKernel(op, graph)
+def lower_fused(op: Op, graph: Graph, ctx: LowerContext) -> tuple[
+        list[Stmt], list[Buffer], list[Buffer], list[Buffer]]:
+    """(body, inputs, outputs, locals) of the kernel of fused op `op`; `ctx` is the
+    kernel's context (its parameters are the fused op's operands and results)."""
+    kernel = FusedKernel(op, graph, ctx)
     body = kernel.lower()
     return body, kernel.ctx.inputs, kernel.ctx.outputs, kernel.ctx.locals
 

@@ -28,17 +28,22 @@ from ember.loops.ir import (
 )
 from ember.loops.lower.core import LowerContext, find_lowering
 from ember.loops.lower.fused import lower_fused
-from ember.loops.tune.knobs import tuned_kernel
+from ember.loops.tune.context import Tuning
+from ember.loops.tune.knobs import KnobValues, tuned_kernel
+from ember.target import Target
 
 
-def lower_graph(graph: Graph) -> Program:
-    """The loop-IR program of `graph` (primitive ops only)."""
-    return _Lowerer(graph).run()
+def lower_graph(graph: Graph, target: Target, tuning: Tuning | None = None) -> Program:
+    """The loop-IR program of `graph` (primitive ops only), its kernels shaped for
+    `target`, with a tuned compile's schedules (`tuning`)."""
+    return _Lowerer(graph, target, tuning).run()
 
 
 class _Lowerer:
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, target: Target, tuning: Tuning | None):
         self.graph = graph
+        self.target = target
+        self.tuning = tuning
         self.buffers: list[ProgramBuffer] = []
         self.names: set[str] = set()
         self.kernels: list[Kernel] = []
@@ -108,8 +113,9 @@ class _Lowerer:
             name = "_".join(list(dict.fromkeys(members))[:3])
             origin = f"{op.where()} [{', '.join(members)}]"
 
-            def lower() -> Kernel:
-                body, inputs, results, locals_ = lower_fused(op, self.graph)
+            def lower(values: KnobValues) -> Kernel:
+                ctx = LowerContext(op, self.target, values, self.tuning)
+                body, inputs, results, locals_ = lower_fused(op, self.graph, ctx)
                 return Kernel("k", [*inputs, *results], body, locals_)
         else:
             fn = find_lowering(op.name)
@@ -118,11 +124,11 @@ class _Lowerer:
                                          f" graph.{op.name}")
             name, origin = op.name, op.where()
 
-            def lower() -> Kernel:
-                ctx = LowerContext(op)
+            def lower(values: KnobValues) -> Kernel:
+                ctx = LowerContext(op, self.target, values, self.tuning)
                 body = fn(ctx)
                 return Kernel("k", [*ctx.inputs, *ctx.outputs], body, ctx.locals)
-        lowered = tuned_kernel(lower, len(op.results))
+        lowered = tuned_kernel(lower, len(op.results), self.tuning)
         kernel = Kernel(f"k{len(self.kernels)}_{name}", lowered.params, lowered.body,
                         lowered.locals, origin)
         self.kernels.append(kernel)

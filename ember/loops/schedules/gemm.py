@@ -65,7 +65,6 @@ plain nest.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -89,6 +88,7 @@ from ember.loops.ir import (
     substitute,
     walk_expr,
 )
+from ember.target import Target
 
 F32 = DType.f32
 # A parallel loop needs this much work (multiply-adds, ~10 us) to pay for a fork (~8 us).
@@ -210,23 +210,32 @@ def match_gemm(body: list[Stmt]) -> Gemm | None:
                 extent.get(col, 1), k, int(reduce.stop.value), a, b, acc, store)
 
 
-def default_gemm_schedule(g: Gemm) -> GemmSchedule:
-    """The schedule a matmul gets (a tuned compile asks the database first). A 6 x 16 tile
-    is 12 accumulators of 8 lanes with AVX2 (16 registers); AVX-512 gets 8 x 32. A single
-    pass up to K = 4096 measured faster than passes over a workspace.
-    A matrix-vector product (one or two rows) takes 64 columns per tile: a 16-column tile
-    has one accumulator per row, so each FMA would wait for the previous one (the MLP's
-    784 x 512 layer: 0.104 -> 0.04 ms)."""
-    return default_tile(g.m, bool(g.batch), g.n)
+def default_gemm_schedule(g: Gemm, target: Target) -> GemmSchedule:
+    """The schedule a matmul gets on `target` (a tuned compile asks the database first)."""
+    return default_tile(g.m, bool(g.batch), g.n, target)
 
 
-def default_tile(rows: int, batched: bool, n: int) -> GemmSchedule:
-    """The default schedule of a matmul of `rows` rows (per batch) by `n` columns: also
-    the panel width of the matrices packed at compile time (pack_matmuls), so that the
-    micro-kernel reads them in place."""
-    if matrix_vector(rows, batched) and n >= 64:
-        return GemmSchedule(nr=64)
-    return matrix_tile()
+def default_tile(rows: int, batched: bool, n: int, target: Target) -> GemmSchedule:
+    """The default schedule of a matmul of `rows` rows (per batch) by `n` columns on
+    `target`: also the panel width of the matrices packed at compile time (pack_matmuls),
+    so that the micro-kernel reads them in place."""
+    width = matvec_width(target)
+    if matrix_vector(rows, batched) and n >= width:
+        return GemmSchedule(mr=2, nr=width, **cache_blocks(target, 2, width))
+    return matrix_tile(target)
+
+
+# A matrix-vector product streams B, one multiply-add per element: its tile reads this many
+# bytes of each row of B per k, so that the reads are long runs for the prefetchers.
+MATVEC_ROW_BYTES = 256
+
+
+def matvec_width(target: Target) -> int:
+    """The columns of a matrix-vector product's tile: MATVEC_ROW_BYTES of f32, as far as
+    the vector registers hold two rows' accumulators and broadcasts."""
+    lanes = target.lanes(F32)
+    vectors = min(MATVEC_ROW_BYTES // (4 * lanes), (target.vector_registers - 2) // 2)
+    return lanes * max(1, vectors)
 
 
 def matrix_vector(rows: int, batched: bool) -> bool:
@@ -235,23 +244,49 @@ def matrix_vector(rows: int, batched: bool) -> bool:
     return rows <= 2 and not batched
 
 
-def matrix_tile() -> GemmSchedule:
-    """The default schedule of a matmul with more than two rows on this host."""
-    if wide_vectors():
-        # 32 registers of 16 lanes: an 8 x 32 tile is 16 accumulators, enough to hide the
-        # FMA latency, where 6 x 16 has 6 (BERT's 128 x 3072 x 768: 179 -> 198 GFLOP/s on
-        # 2 threads; 1024^3 and 2048^3 1-3% faster).
-        return GemmSchedule(mr=8, nr=32)
-    return GemmSchedule()
+def register_tile(target: Target, vectors: int = 2) -> tuple[int, int]:
+    """(mr, nr) of the micro-kernel on `target`: `vectors` vectors of f32 across (nr) and
+    as many rows (mr) as the vector registers hold. Per k the tile takes `vectors` loads of
+    B's panel, mr broadcasts of A and mr * vectors FMAs into as many accumulators; the
+    accumulators, B's vectors and one broadcast must fit the registers (else LLVM spills
+    in the innermost loop), and there must be at least fma_units * fma_latency of them for
+    every FMA unit to start one each cycle. Two vectors across keep the loads per FMA near
+    one half (one broadcast feeds two FMAs), so that two FMA units need about one load a
+    cycle; more vectors widen the panel (the tiles past N) without saving work. The rows
+    stop at MAX_TILE_ROWS: each row of A is a stream of its own in memory."""
+    vectors = max(1, min(vectors, (target.vector_registers - 2) // 2))
+    rows = (target.vector_registers - vectors - 1) // vectors
+    busy = -(-target.fma_units * target.fma_latency // vectors)  # rows for full FMA units
+    rows = max(1, min(rows, max(busy, MAX_TILE_ROWS)))
+    return rows, vectors * target.lanes(F32)
 
 
-@functools.cache
-def wide_vectors() -> bool:
-    """Whether the host (the JIT's target; its cache key has it) has 512-bit vectors and so
-    32 vector registers."""
-    from ember.codegen.target import host_target
+MAX_TILE_ROWS = 8
 
-    return host_target().vector_bits >= 512
+
+def cache_blocks(target: Target, mr: int, nr: int) -> dict[str, int]:
+    """The blocks (kc, mc, nc) around an mr x nr tile on `target`: see GemmSchedule."""
+    return {}
+
+
+def conv_tile(target: Target) -> tuple[int, int]:
+    """(mr, nr) of an implicit-GEMM convolution's micro-kernel on `target`: CONV_COLUMNS
+    output positions across (wider tiles leave fewer panels inside an output row) and as
+    many output channels as the registers hold, up to MAX_TILE_ROWS (A is the filter read
+    in place: a stream per row)."""
+    lanes = target.lanes(F32)
+    vectors = max(1, CONV_COLUMNS // lanes)
+    rows = (target.vector_registers - vectors - 1) // vectors
+    return max(1, min(rows, MAX_TILE_ROWS)), vectors * lanes
+
+
+CONV_COLUMNS = 16
+
+
+def matrix_tile(target: Target) -> GemmSchedule:
+    """The default schedule of a matmul with more than two rows on `target`."""
+    mr, nr = register_tile(target)
+    return GemmSchedule(mr=mr, nr=nr, **cache_blocks(target, mr, nr))
 
 
 def _ceil(a: int, b: int) -> int:
@@ -598,4 +633,5 @@ def schedule_matmul(ctx, body: list[Stmt], schedule: GemmSchedule | None = None,
         return body
     from ember.loops.tune.context import chosen_gemm_schedule
 
-    return apply_gemm(ctx, g, schedule or chosen_gemm_schedule(g) or default_gemm_schedule(g))
+    return apply_gemm(ctx, g, schedule or chosen_gemm_schedule(g, ctx.tuning) or
+                      default_gemm_schedule(g, ctx.target))

@@ -1,6 +1,7 @@
-"""The tuning database: one JSON file under the cache folder (tuning.json), mapping a
-kernel key (its class, shapes, dtypes, the target CPU and thread count) to the winning
-schedule's parameters and its measured time. Writes are atomic (a temp file renamed)."""
+"""The tuning database: one JSON file (the driver's is tuning.json in the cache folder),
+mapping a kernel key (its class, shapes, dtypes, the target and thread count) to the
+winning schedule's parameters and its measured time. Writes are atomic (a temp file
+renamed)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,7 @@ from typing import Any
 
 
 class TuningDatabase:
-    def __init__(self, path: str | Path | None = None):
-        if path is None:
-            from ember.runtime.cache import cache_dir
-
-            path = cache_dir() / "tuning.json"
+    def __init__(self, path: str | Path):
         self.path = Path(path)
         self.lock = threading.Lock()
         self.entries: dict[str, dict[str, Any]] = {}

@@ -12,27 +12,28 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import time
 from typing import Any
 
-from ember.loops.tune.database import TuningDatabase
-from ember.loops.tune.worker import search, target_name
+from ember.loops.tune.context import Tuning
+from ember.loops.tune.worker import search
+from ember.target import Target
 
 
-def gemm_key(batch: tuple, m: int, n: int, depth: int, dtype: Any, b_batched: bool = False,
-             b_panels: int | None = None) -> str:
+def gemm_key(batch: tuple, m: int, n: int, depth: int, dtype: Any, machine: str,
+             b_batched: bool = False, b_panels: int | None = None) -> str:
     extents = "x".join(str(e) for _, e in batch) or "-"
     name = getattr(dtype, "value", dtype)
     b = f"p{b_panels}" if b_panels else "bb" if b_batched else "b"
-    return f"gemm/{extents}/{m}x{n}x{depth}/{name}/{b}/{target_name()}"
+    return f"gemm/{extents}/{m}x{n}x{depth}/{name}/{b}/{machine}"
 
 
-def key_of(g: Any) -> str:
-    """The database key of matmul `g` (a Gemm)."""
+def key_of(g: Any, tuning: Tuning) -> str:
+    """The database key of matmul `g` (a Gemm) on the tuning session's machine."""
     from ember.loops.schedules.gemm import _variables
 
     b_batched = bool(_variables(g.b) & {name for name, _ in g.batch})
-    return gemm_key(g.batch, g.m, g.n, g.depth, g.a.dtype, b_batched, g.b_panels)
+    return gemm_key(g.batch, g.m, g.n, g.depth, g.a.dtype, tuning.machine, b_batched,
+                    g.b_panels)
 
 
 def candidates(default: Any, lanes: int, seed: int = 0) -> list[Any]:
@@ -76,54 +77,41 @@ class _OneSchedule:
         return self.record
 
 
-def measure(spec: dict, schedule: dict, repeat: int = 5) -> float:
-    """Seconds per call of the matmul `spec` lowered with `schedule` (runs in a worker)."""
-    import numpy as np
-
+def scheduled_text(spec: dict, schedule: dict, target: Target) -> str:
+    """The loop-IR text of the matmul `spec`'s kernel lowered with `schedule` and given the
+    default schedule: what the backend measures."""
     from ember.loops.lower import lower_graph
     from ember.loops.schedule import schedule_program
-    from ember.loops.tune.context import using_database
-    from ember.runtime.executable import compile_program
+    from ember.loops.text import print_kernel
 
-    graph = _spec_graph(spec)
-    with using_database(_OneSchedule(schedule)):
-        program = schedule_program(lower_graph(graph))
-    run = compile_program(program)
-    rng = np.random.default_rng(0)
-    inputs = [rng.standard_normal(v.shape).astype(v.dtype.np) for v in graph.inputs]
-    out = [np.empty(v.shape, v.dtype.np) for v in graph.outputs]
-    run(*inputs, out=out)
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        run(*inputs, out=out)
-        best = min(best, time.perf_counter() - start)
-    return best
+    tuning = Tuning(_OneSchedule(schedule), target)
+    (kernel,) = schedule_program(lower_graph(_spec_graph(spec), target, tuning), target).kernels
+    return print_kernel(kernel)
 
 
-def tune_gemm(g: Any, db: TuningDatabase, budget_seconds: float = 10.0,
-              max_candidates: int = 24) -> dict:
-    """Search schedules for matmul `g` (a Gemm), store the winner in `db`; returns its
-    record ({"schedule", "seconds", "tried"})."""
-    from ember.loops.schedule import f32_lanes
+def tune_gemm(g: Any, tuning: Tuning, max_candidates: int = 24) -> dict:
+    """Search schedules for matmul `g` (a Gemm), store the winner in the session's database;
+    returns its record ({"schedule", "seconds", "tried"})."""
     from ember.loops.schedules.gemm import _variables, default_gemm_schedule
 
     b_batched = bool(_variables(g.b) & {name for name, _ in g.batch})
-    key = key_of(g)
-    known = db.get(key)
+    key = key_of(g, tuning)
+    known = tuning.database.get(key)
     if known is not None:
         return known
     spec = {"batch": [e for _, e in g.batch], "m": g.m, "n": g.n, "k": g.depth,
             "dtype": g.a.dtype.value, "b_batched": b_batched, "b_panels": g.b_panels}
-    options = candidates(default_gemm_schedule(g), f32_lanes())[:max_candidates]
+    target = tuning.target
+    options = candidates(default_gemm_schedule(g, target),
+                         target.lanes(g.a.dtype))[:max_candidates]
     label = f"matmul {'x'.join(map(str, spec['batch'])) + 'x' if spec['batch'] else ''}" \
             f"{g.m}x{g.n}x{g.depth}"
-    measured = search(label, options,
-                      lambda schedule: (measure, spec, dataclasses.asdict(schedule)),
-                      budget_seconds)
+    measured = search(label, options, lambda schedule: (
+        tuning.measure, scheduled_text(spec, dataclasses.asdict(schedule), target), 1),
+        tuning.budget_seconds)
     # Nothing built: keep the default, unmeasured.
     winner, seconds = min(measured, key=lambda m: m[1], default=(options[0], float("nan")))
     record = {"schedule": dataclasses.asdict(winner), "seconds": seconds,
               "tried": len(measured)}
-    db.put(key, record)
+    tuning.database.put(key, record)
     return record

@@ -1,6 +1,6 @@
 """What every search of the tuner shares: candidates run in a worker process, so that one
 that crashes or hangs cannot take the caller down; a progress bar; the name of the machine
-a winner was measured on."""
+a winner was measured on is the tuning session's (`Tuning.machine`)."""
 
 from __future__ import annotations
 
@@ -11,15 +11,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
-
-
-def target_name() -> str:
-    """The CPU and the thread count: what a measured winner depends on besides the kernel."""
-    import llvmlite.binding as llvm
-
-    from ember.codegen.cpu import default_num_threads
-
-    return f"{llvm.get_host_cpu_name()}/t{default_num_threads()}"
 
 
 def new_pool() -> concurrent.futures.ProcessPoolExecutor:

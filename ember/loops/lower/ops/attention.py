@@ -51,8 +51,6 @@ from ember.loops.ir import (
 )
 from ember.loops.lower.core import LowerContext, lowering
 from ember.loops.lower.ops.linalg import lane_chunks, vector_loop
-from ember.loops.schedule import f32_lanes
-from ember.loops.tune.knobs import knobs
 
 # The defaults of the knobs a tuned compile searches (ember/loops/tune/knobs.py).
 KEY_BLOCK = 256  # keys per block: the scores of a group's rows take 4 KiB
@@ -78,11 +76,11 @@ def attention(ctx: LowerContext) -> list[Stmt]:
     *batch, rows, dim = q.shape
     keys, width = kt.shape[-1], v.shape[-1]
     scale = ctx.attrs["scale"]
-    chosen = knobs("attention", {"key_block": KEY_BLOCK, "row_group": ROW_GROUP,
+    chosen = ctx.knobs("attention", {"key_block": KEY_BLOCK, "row_group": ROW_GROUP,
                                  "tile_vectors": TILE_VECTORS},
                    key_block=(64, 128, 256, 512), row_group=(2, 4, 6, 8),
                    tile_vectors=(1, 2, 3, 4))
-    tile = chosen["tile_vectors"] * f32_lanes()
+    tile = chosen["tile_vectors"] * ctx.target.lanes(F32)
     group = max(1, min(chosen["row_group"], rows))
     block = min(chosen["key_block"], keys)
     scores = ctx.local(F32, (group, block))

@@ -35,16 +35,14 @@ from ember.loops.ir import (
     binary,
 )
 from ember.loops.lower.core import LowerContext, lowering
-from ember.loops.schedule import f32_lanes
 from ember.loops.schedules.gemm import (
     MIN_PARALLEL_FMAS,
     Gemm,
     GemmSchedule,
     apply_gemm,
+    conv_tile,
     schedule_matmul,
-    wide_vectors,
 )
-from ember.loops.tune.knobs import knobs
 
 # -- shared helpers -----------------------------------------------------------------------
 
@@ -284,12 +282,12 @@ def conv_gemm(ctx: LowerContext) -> list[Stmt] | None:
     # addresses by k itself (flatten_index), so copying A's blocks would only copy them
     # (a 512-channel 3x3 conv at 7x7: 1.96 ms copied, 1.67 ms in place). K = c * kh * kw
     # is summed in one pass up to 8192 (ResNet's deepest is 4608): passes over a workspace
-    # measured 2-4x slower on 3x3 convs. AVX-512's 32 registers take 8 rows of 16 (1-5%
-    # faster on ResNet's convs than 6; 32 columns would leave fewer panels inside a row).
-    # A tuned compile searches the tile and blocks (ember/loops/tune/knobs.py).
-    lanes = f32_lanes()
-    default = GemmSchedule(kc=8192, mr=8 if wide_vectors() else 6)
-    chosen = knobs("conv_gemm", {"mr": default.mr, "nr": default.nr, "mc": default.mc,
+    # measured slower on 3x3 convs. A tuned compile searches the tile and blocks
+    # (ember/loops/tune/knobs.py).
+    lanes = ctx.target.lanes(f32)
+    mr, nr = conv_tile(ctx.target)
+    default = GemmSchedule(kc=8192, mr=mr, nr=nr)
+    chosen = ctx.knobs("conv_gemm", {"mr": default.mr, "nr": default.nr, "mc": default.mc,
                                  "nc": default.nc, "parallel": default.parallel},
                    mr=(4, 6, 8), nr=(lanes, 2 * lanes), mc=(48, 96, 192), nc=(128, 256, 512),
                    parallel=(2, 4, 8))
@@ -431,7 +429,7 @@ def depthwise_conv(ctx: LowerContext) -> list[Stmt] | None:
     h, wd = x.shape[2:]
     # Rows of an odd width (7 columns) measured slower with several chains (960 channels
     # 7x7: 0.046 -> 0.064 ms) and keep one by default (see `chains` below).
-    chosen = knobs("depthwise_conv", {"lanes": DEPTHWISE_LANES,
+    chosen = ctx.knobs("depthwise_conv", {"lanes": DEPTHWISE_LANES,
                                       "chains": DEPTHWISE_CHAINS if ow_n % 2 == 0 else 1},
                    lanes=(8, 16, 32), chains=(1, 2, 4, 8, 12))
     lanes = min(chosen["lanes"], ow_n)

@@ -46,7 +46,6 @@ from ember.loops.lower.ops.linalg import (
     window_checks,
     window_position,
 )
-from ember.loops.tune.knobs import knobs
 
 # -- max_pool / avg_pool ------------------------------------------------------------------
 
@@ -114,7 +113,7 @@ def pool_rows(ctx: LowerContext, combine: str, dilations=(), finish=None) -> lis
         return None
     kernel, strides, pb, _, dilations, (oh_n, ow_n) = pool_geometry(ctx, dilations)
     nb, channels = out.shape[:2]
-    chosen = knobs("pool", {"lanes": POOL_LANES, "chains": POOL_CHAINS}, lanes=(8, 16, 32),
+    chosen = ctx.knobs("pool", {"lanes": POOL_LANES, "chains": POOL_CHAINS}, lanes=(8, 16, 32),
                    chains=(1, 2, 4, 8))
     lanes = min(chosen["lanes"], ow_n)
     blocks = (ow_n + lanes - 1) // lanes

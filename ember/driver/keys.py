@@ -1,0 +1,39 @@
+"""The keys that name a compiled graph in the caches: a content hash of everything that
+decides its machine code (the input graph with its constants' bytes, the input signature,
+the config with its target, Ember's code)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import numpy as np
+
+from ember.graph.ir import Graph
+from ember.graph.text import print_graph
+from ember.runtime.cache import FORMAT, _jsonable, code_version
+
+
+def _array_bytes(h: Any, name: str, data: np.ndarray) -> None:
+    data = np.ascontiguousarray(data)
+    h.update(f"\n@{name} {data.dtype.str} {data.dtype.name} {data.shape}\n".encode())
+    h.update(data.reshape(-1).view(np.uint8).data)
+
+
+def graph_fingerprint(graph: Graph) -> str:
+    """A hash of a graph: its text with the constant table elided, then each constant's
+    bytes (hashing bytes is much faster than printing them)."""
+    h = hashlib.sha256(print_graph(graph, constants="elide").encode())
+    for name, data in graph.constants.items():
+        _array_bytes(h, name, data)
+    return h.hexdigest()
+
+
+def cache_key(graph: Graph, signature: Any, config: Any, version: str | None = None) -> str:
+    """The content hash that names a compiled graph in both caches; `config` carries its
+    resolved target (`Config.resolved`)."""
+    parts = {"format": FORMAT, "graph": graph_fingerprint(graph),
+             "signature": _jsonable(signature), "config": _jsonable(config),
+             "version": version or code_version()}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()

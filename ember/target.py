@@ -1,0 +1,236 @@
+"""`ember.Target`: the one description of the machine that code is compiled for.
+
+    Target.host()                  # this machine, described from its ISA features
+    Target.named("sapphirerapids") # a preset (see PRESETS), e.g. for cross-compiling
+    Target.get("aarch64-linux-gnu")  # a name or a Target; "host" (or None) is the host
+
+Schedules read their facts from it (vector lanes per dtype, vector registers, FMA units and
+latency, cache sizes, cores); code generation reads the triple, CPU and features; the caches
+and the tuning database key on it. No other module asks what the host is: the driver
+resolves a config's target once (`Target.get`) and passes the value down.
+
+The host is described from what its processor reports, never from its name (LLVM names
+some machines after a sibling): features decide the vector width and registers, the
+nearest preset by ISA decides what features cannot tell (FMA units and latency), and the
+kernel's cache and CPU lists give cache sizes and cores.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from ember.dtypes import DType
+from ember.errors import EmberError
+
+
+class TargetError(EmberError):
+    """An unknown target name, or a target that cannot serve what was asked of it."""
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str  # what users write: "host", a preset's name, or a cross triple's short name
+    triple: str  # LLVM's target triple
+    cpu: str  # LLVM's CPU name, for instruction selection and scheduling
+    features: tuple[str, ...]  # ISA features without '+', sorted ("avx2", "fma", "neon")
+    vector_bits: int  # the SIMD register width that kernels are shaped for
+    vector_registers: int  # architectural SIMD registers (what a register tile may hold)
+    fma_units: int  # vector FMAs issued per cycle at vector_bits
+    fma_latency: int  # cycles from an FMA's inputs to its result
+    l1d_bytes: int  # per core
+    l2_bytes: int  # per core
+    l3_bytes: int  # shared
+    cores: int
+    kind: str = "cpu"  # "cpu", or "gpu" (phase 10: sm_80, sm_90)
+    # Features the CPU name implies but this machine lacks (a VM may hide some): off for LLVM.
+    disabled: tuple[str, ...] = ()
+    cc: str = field(default="cc", compare=False)  # the C compiler that links its libraries
+
+    # -- facts that schedules read -----------------------------------------------------------
+    def lanes(self, dtype: DType = DType.f32) -> int:
+        """Elements of `dtype` per vector register."""
+        return max(1, self.vector_bits // (8 * dtype.itemsize))
+
+    @property
+    def vector_bytes(self) -> int:
+        return self.vector_bits // 8
+
+    def has(self, feature: str) -> bool:
+        return feature.lstrip("+") in self.features
+
+    @property
+    def arch(self) -> str:
+        return self.triple.split("-", 1)[0]
+
+    @property
+    def vector_ldexp(self) -> bool:
+        """Whether LLVM computes `llvm.ldexp` on vectors in one instruction here (x86's
+        AVX-512 vscalefps); elsewhere it calls the C library once per lane."""
+        return self.arch == "x86_64" and self.has("avx512f")
+
+    @property
+    def feature_string(self) -> str:
+        """The features as LLVM's target machine takes them ("+avx2,+fma")."""
+        return ",".join([*(f"+{f}" for f in self.features), *(f"-{f}" for f in self.disabled)])
+
+    def key(self) -> str:
+        """A short identity for cache and tuning-database keys: every field that can
+        change generated code or its speed."""
+        text = "|".join(str(getattr(self, f)) for f in (
+            "triple", "cpu", "features", "vector_bits", "vector_registers", "fma_units",
+            "fma_latency", "l1d_bytes", "l2_bytes", "l3_bytes", "cores", "kind", "disabled"))
+        return f"{self.name}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+
+    def runs_here(self) -> bool:
+        """Whether code for this target can run in this process (a CPU of this process's
+        architecture; its features are the caller's promise)."""
+        return self.kind == "cpu" and self.arch == _process_arch()
+
+    def compiler(self) -> str:
+        """The path of this target's C compiler; a clear error when it is not installed."""
+        path = shutil.which(self.cc)
+        if path is None:
+            hint = (" (Debian: apt-get install gcc-aarch64-linux-gnu)"
+                    if "aarch64" in self.cc else "")
+            raise TargetError(f"linking for {self.name} needs the C compiler '{self.cc}',"
+                              f" which is not installed{hint}")
+        return path
+
+    def __str__(self) -> str:
+        return (f"{self.name} ({self.triple}, {self.cpu}, {self.vector_bits}-bit vectors x"
+                f" {self.vector_registers}, {self.fma_units} FMA x {self.fma_latency} cycles,"
+                f" L1 {self.l1d_bytes >> 10} KiB, L2 {self.l2_bytes >> 10} KiB,"
+                f" {self.cores} cores)")
+
+    # -- where targets come from -------------------------------------------------------------
+    @staticmethod
+    def host() -> Target:
+        return _host()
+
+    @staticmethod
+    def named(name: str) -> Target:
+        if name not in PRESETS:
+            raise TargetError(f"unknown target '{name}' (known: host, {', '.join(PRESETS)})")
+        return PRESETS[name]
+
+    @staticmethod
+    def get(spec: Target | str | None) -> Target:
+        """`spec` as a Target: itself, the host for None/"host"/"native", else a preset or
+        an alias of one."""
+        if isinstance(spec, Target):
+            return spec
+        if is_host(spec):
+            return _host()
+        return Target.named(ALIASES.get(spec, spec))
+
+    def with_(self, **changes) -> Target:
+        """A copy with some facts changed (a synthetic target for tests and studies)."""
+        return replace(self, **changes)
+
+
+def is_host(spec: Target | str | None) -> bool:
+    """Whether `spec` names this machine rather than a preset."""
+    return spec in (None, "", "host", "native")
+
+
+_X86 = "x86_64-unknown-linux-gnu"
+_AARCH64 = "aarch64-unknown-linux-gnu"
+_AVX2 = ("avx", "avx2", "bmi", "bmi2", "f16c", "fma", "popcnt", "sse4.2")
+_AVX512 = _AVX2 + ("avx512bw", "avx512cd", "avx512dq", "avx512f", "avx512vl", "avx512vnni",
+                   "avx512bf16")
+
+PRESETS: dict[str, Target] = {t.name: t for t in (
+    # AMD Zen 3: AVX2, two 256-bit FMA pipes.
+    Target("znver3", _X86, "znver3", tuple(sorted(_AVX2)), 256, 16, 2, 4,
+           32 << 10, 512 << 10, 32 << 20, 8),
+    # AMD Zen 4: AVX-512 on 256-bit pipes, one 512-bit FMA per cycle.
+    Target("znver4", _X86, "znver4", tuple(sorted(_AVX512)), 512, 32, 1, 4,
+           32 << 10, 1 << 20, 32 << 20, 8),
+    # Intel Xeon Sapphire Rapids: AVX-512 with two 512-bit FMA ports, AMX.
+    Target("sapphirerapids", _X86, "sapphirerapids",
+           tuple(sorted(_AVX512 + ("avx512fp16", "amx-tile", "amx-int8", "amx-bf16"))),
+           512, 32, 2, 4, 48 << 10, 2 << 20, 105 << 20, 8),
+    # Arm Neoverse N1 (Graviton 2, Ampere Altra): 128-bit NEON, two FMA pipes.
+    Target("neoverse-n1", _AARCH64, "neoverse-n1", ("neon",), 128, 32, 2, 4,
+           64 << 10, 1 << 20, 32 << 20, 8, cc="aarch64-linux-gnu-gcc"),
+    # Any ARMv8-A core (the seed's Cortex-A class): NEON is always there.
+    Target("aarch64-linux-gnu", _AARCH64, "generic", ("neon",), 128, 32, 1, 4,
+           32 << 10, 512 << 10, 0, 4, cc="aarch64-linux-gnu-gcc"),
+    # Room for the GPU targets of phase 10: no backend serves them yet.
+    Target("sm_80", "nvptx64-nvidia-cuda", "sm_80", ("ptx70",), 32, 255, 1, 4,
+           192 << 10, 40 << 20, 0, 108, kind="gpu"),
+    Target("sm_90", "nvptx64-nvidia-cuda", "sm_90", ("ptx80",), 32, 255, 1, 4,
+           256 << 10, 50 << 20, 0, 132, kind="gpu"),
+)}
+ALIASES = {"aarch64": "aarch64-linux-gnu", "arm64": "aarch64-linux-gnu"}
+
+
+def _cache_bytes() -> dict[int, int]:
+    """Data cache sizes by level as the kernel lists them for cpu0 (empty elsewhere)."""
+    sizes: dict[int, int] = {}
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            if (index / "type").read_text().strip() == "Instruction":
+                continue
+            level = int((index / "level").read_text())
+            text = (index / "size").read_text().strip().upper()
+        except (OSError, ValueError):
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        sizes[level] = int(text.rstrip("KMG") or 0) * scale
+    return sizes
+
+
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
+def nearest_preset(triple: str, features: set[str]) -> Target | None:
+    """The preset of the same architecture whose features the host has, with the most
+    features: what the host's features say about facts they do not encode."""
+    arch = triple.split("-", 1)[0]
+    fitting = [t for t in PRESETS.values() if t.kind == "cpu" and t.arch == arch
+               and set(t.features) <= features]
+    return max(fitting, key=lambda t: len(t.features), default=None)
+
+
+@functools.cache
+def _process_arch() -> str:
+    import llvmlite.binding as llvm
+
+    return llvm.get_process_triple().split("-", 1)[0]
+
+
+@functools.cache
+def _host() -> Target:
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    triple = llvm.get_process_triple()
+    reported = llvm.get_host_cpu_features()
+    features = {name for name, on in reported.items() if on}
+    arch = triple.split("-", 1)[0]
+    if arch == "x86_64":
+        bits = 512 if "avx512f" in features else 256 if "avx" in features else 128
+        registers = 32 if "avx512f" in features else 16
+    else:  # AArch64's NEON (SVE's longer vectors are not used yet)
+        bits, registers = 128, 32
+    near = nearest_preset(triple, features)
+    fma_units = near.fma_units if near and near.vector_bits == bits else 1
+    fma_latency = near.fma_latency if near else 4
+    caches = _cache_bytes()
+    return Target("host", triple, llvm.get_host_cpu_name(), tuple(sorted(features)), bits,
+                  registers, fma_units, fma_latency,
+                  caches.get(1, near.l1d_bytes if near else 32 << 10),
+                  caches.get(2, near.l2_bytes if near else 512 << 10),
+                  caches.get(3, near.l3_bytes if near else 0), _usable_cores(),
+                  disabled=tuple(sorted(name for name, on in reported.items() if not on)))
