@@ -1,6 +1,6 @@
 """What may fuse: op categories, the shapes of a fused kernel, and decisions with reasons.
 
-Every graph op falls in one category:
+Every graph op declares one category (`category=` in its `define`, ember/graph/ops/):
 
 - **elementwise**: the value at an index is a function of the operands at the same
   (broadcast) index: add, exp, where, cast, ... and `broadcast`;
@@ -26,7 +26,7 @@ four shapes (its `kind`), each lowering to one kernel:
   batch-norm scale and shift, activation, residual add, cast).
 
 `classify` says which kind a group is, or why it is none; `can_fuse` adds the cost side:
-inlining must not recompute an expensive value many times.
+inlining must not recompute a value of an op declared `expensive` many times.
 """
 
 from __future__ import annotations
@@ -36,36 +36,15 @@ from dataclasses import dataclass, field
 
 from ember.graph.ir import Op, Value
 from ember.graph.ops.common import normalize_axes
-from ember.graph.ops.registry import get_opdef
 
-INDEX_MAP = frozenset({"reshape", "transpose", "slice", "iota"})
-REDUCTION = frozenset({"reduce_sum", "reduce_prod", "reduce_max", "reduce_min"})
-CONTRACTION = frozenset({"matmul", "packed_matmul", "conv", "packed_conv", "conv_transpose",
-                         "max_pool", "avg_pool", "winograd_output"})
-# Elementwise ops worth tens of cycles each: inlining one where its value is broadcast
-# recomputes it for every element that reads it, so such producers stay unfused there.
-EXPENSIVE = frozenset({
-    "exp", "expm1", "log", "log1p", "pow", "sin", "cos", "tan", "asin", "acos", "atan",
-    "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "sigmoid", "fmod", "mod",
-    "div", "sqrt", "rsqrt", "reciprocal",
-})
 # Softmax and layer-norm need two reductions per row; each more would re-read the row.
 MAX_ROW_REDUCTIONS = 2
 KINDS = ("injective", "reduction", "row", "contraction")
 
 
 def category(op: Op) -> str:
-    """elementwise, index map, reduction, contraction or opaque."""
-    if op.name in INDEX_MAP:
-        return "index map"
-    if op.name in REDUCTION:
-        return "reduction"
-    if op.name in CONTRACTION:
-        return "contraction"
-    if op.name == "broadcast" or (get_opdef(op.name).family == "elementwise"
-                                  and op.name != "constant"):
-        return "elementwise"
-    return "opaque"
+    """elementwise, index map, reduction, contraction or opaque, as the op declares."""
+    return op.opdef.category
 
 
 def inlinable(op: Op) -> bool:
@@ -240,7 +219,9 @@ def recomputed(plan: FusionPlan, ops: Sequence[Op]) -> Op | None:
     it has (its value broadcast), if any."""
     total = iterations(plan)
     for op in ops:
-        if op.name in EXPENSIVE and inlinable(op) and 2 * op.result.type.numel <= total:
+        # Each element read recomputes an inlined value: worth it only for cheap ops.
+        if "expensive" in op.opdef.traits and inlinable(op) and \
+                2 * op.result.type.numel <= total:
             if plan.kind in ("reduction", "contraction", "row") and _epilogue_sized(op, plan):
                 continue
             return op

@@ -34,6 +34,11 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype)
 
 
+# Cost traits (see registry.TRAITS): what fusion must not recompute, and what it stores once.
+EXPENSIVE = ("expensive",)
+TRANSCENDENTAL = ("expensive", "transcendental")
+
+
 def _unary_infer(allowed, result_dtype=None):
     def infer(types, attrs):
         require_dtype(types[0], allowed)
@@ -43,44 +48,45 @@ def _unary_infer(allowed, result_dtype=None):
 
 
 UNARY_OPS = {
-    # name: (reference, allowed dtypes, result dtype or None for "same", summary)
-    "neg": (np.negative, SIGNED_NUMERIC, None, "-x"),
-    "abs": (np.abs, NUMERIC_TYPES, None, "|x|"),
-    "sign": (np.sign, NUMERIC_TYPES, None, "-1, 0 or 1 by the sign of x"),
-    "exp": (np.exp, FLOAT_TYPES, None, "e**x"),
-    "expm1": (np.expm1, FLOAT_TYPES, None, "e**x - 1"),
-    "log": (np.log, FLOAT_TYPES, None, "natural logarithm"),
-    "log1p": (np.log1p, FLOAT_TYPES, None, "log(1 + x)"),
-    "sqrt": (np.sqrt, FLOAT_TYPES, None, "square root"),
-    "rsqrt": (lambda x: 1 / np.sqrt(x), FLOAT_TYPES, None, "1 / sqrt(x)"),
-    "reciprocal": (lambda x: 1 / x, FLOAT_TYPES, None, "1 / x"),
-    "sin": (np.sin, FLOAT_TYPES, None, "sine"),
-    "cos": (np.cos, FLOAT_TYPES, None, "cosine"),
-    "tan": (np.tan, FLOAT_TYPES, None, "tangent"),
-    "asin": (np.arcsin, FLOAT_TYPES, None, "arc sine"),
-    "acos": (np.arccos, FLOAT_TYPES, None, "arc cosine"),
-    "atan": (np.arctan, FLOAT_TYPES, None, "arc tangent"),
-    "sinh": (np.sinh, FLOAT_TYPES, None, "hyperbolic sine"),
-    "cosh": (np.cosh, FLOAT_TYPES, None, "hyperbolic cosine"),
-    "tanh": (np.tanh, FLOAT_TYPES, None, "hyperbolic tangent"),
-    "asinh": (np.arcsinh, FLOAT_TYPES, None, "inverse hyperbolic sine"),
-    "acosh": (np.arccosh, FLOAT_TYPES, None, "inverse hyperbolic cosine"),
-    "atanh": (np.arctanh, FLOAT_TYPES, None, "inverse hyperbolic tangent"),
-    "erf": (erf, FLOAT_TYPES, None, "the error function"),
-    "sigmoid": (_sigmoid, FLOAT_TYPES, None, "1 / (1 + e**-x)"),
-    "floor": (np.floor, FLOAT_TYPES, None, "round toward -inf"),
-    "ceil": (np.ceil, FLOAT_TYPES, None, "round toward +inf"),
-    "round": (np.round, FLOAT_TYPES, None, "round half to even"),
-    "trunc": (np.trunc, FLOAT_TYPES, None, "round toward zero"),
-    "not": (np.logical_not, BOOL, None, "logical not"),
-    "bitwise_not": (np.invert, INT_TYPES, None, "bitwise complement"),
-    "isnan": (np.isnan, FLOAT_TYPES, DType.bool, "x is NaN"),
-    "isinf": (np.isinf, FLOAT_TYPES, DType.bool, "x is +inf or -inf"),
+    # name: (reference, allowed dtypes, result dtype or None for "same", traits, summary)
+    "neg": (np.negative, SIGNED_NUMERIC, None, (), "-x"),
+    "abs": (np.abs, NUMERIC_TYPES, None, (), "|x|"),
+    "sign": (np.sign, NUMERIC_TYPES, None, (), "-1, 0 or 1 by the sign of x"),
+    "exp": (np.exp, FLOAT_TYPES, None, TRANSCENDENTAL, "e**x"),
+    "expm1": (np.expm1, FLOAT_TYPES, None, TRANSCENDENTAL, "e**x - 1"),
+    "log": (np.log, FLOAT_TYPES, None, TRANSCENDENTAL, "natural logarithm"),
+    "log1p": (np.log1p, FLOAT_TYPES, None, TRANSCENDENTAL, "log(1 + x)"),
+    "sqrt": (np.sqrt, FLOAT_TYPES, None, EXPENSIVE, "square root"),
+    "rsqrt": (lambda x: 1 / np.sqrt(x), FLOAT_TYPES, None, EXPENSIVE, "1 / sqrt(x)"),
+    "reciprocal": (lambda x: 1 / x, FLOAT_TYPES, None, EXPENSIVE, "1 / x"),
+    "sin": (np.sin, FLOAT_TYPES, None, TRANSCENDENTAL, "sine"),
+    "cos": (np.cos, FLOAT_TYPES, None, TRANSCENDENTAL, "cosine"),
+    "tan": (np.tan, FLOAT_TYPES, None, EXPENSIVE, "tangent"),
+    "asin": (np.arcsin, FLOAT_TYPES, None, EXPENSIVE, "arc sine"),
+    "acos": (np.arccos, FLOAT_TYPES, None, EXPENSIVE, "arc cosine"),
+    "atan": (np.arctan, FLOAT_TYPES, None, EXPENSIVE, "arc tangent"),
+    "sinh": (np.sinh, FLOAT_TYPES, None, EXPENSIVE, "hyperbolic sine"),
+    "cosh": (np.cosh, FLOAT_TYPES, None, EXPENSIVE, "hyperbolic cosine"),
+    "tanh": (np.tanh, FLOAT_TYPES, None, TRANSCENDENTAL, "hyperbolic tangent"),
+    "asinh": (np.arcsinh, FLOAT_TYPES, None, EXPENSIVE, "inverse hyperbolic sine"),
+    "acosh": (np.arccosh, FLOAT_TYPES, None, EXPENSIVE, "inverse hyperbolic cosine"),
+    "atanh": (np.arctanh, FLOAT_TYPES, None, EXPENSIVE, "inverse hyperbolic tangent"),
+    "erf": (erf, FLOAT_TYPES, None, TRANSCENDENTAL, "the error function"),
+    "sigmoid": (_sigmoid, FLOAT_TYPES, None, TRANSCENDENTAL, "1 / (1 + e**-x)"),
+    "floor": (np.floor, FLOAT_TYPES, None, (), "round toward -inf"),
+    "ceil": (np.ceil, FLOAT_TYPES, None, (), "round toward +inf"),
+    "round": (np.round, FLOAT_TYPES, None, (), "round half to even"),
+    "trunc": (np.trunc, FLOAT_TYPES, None, (), "round toward zero"),
+    "not": (np.logical_not, BOOL, None, (), "logical not"),
+    "bitwise_not": (np.invert, INT_TYPES, None, (), "bitwise complement"),
+    "isnan": (np.isnan, FLOAT_TYPES, DType.bool, (), "x is NaN"),
+    "isinf": (np.isinf, FLOAT_TYPES, DType.bool, (), "x is +inf or -inf"),
 }
 
-for _name, (_ref, _allowed, _result, _summary) in UNARY_OPS.items():
+for _name, (_ref, _allowed, _result, _traits, _summary) in UNARY_OPS.items():
     define(_name, arity=1, infer=_unary_infer(_allowed, _result), reference=_ref,
-           traits=("elementwise", "pure"), summary=_summary, family="elementwise")
+           traits=("elementwise", "pure", *_traits), summary=_summary, family="elementwise",
+           category="elementwise")
 
 
 def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -122,12 +128,12 @@ BINARY_OPS = {
     "add": (np.add, NUMERIC_TYPES, None, ("commutative",), "a + b"),
     "sub": (np.subtract, NUMERIC_TYPES, None, (), "a - b"),
     "mul": (np.multiply, NUMERIC_TYPES, None, ("commutative",), "a * b"),
-    "div": (_div, NUMERIC_TYPES, None, (), "a / b; integers truncate toward zero"),
-    "pow": (_pow, NUMERIC_TYPES, None, (), "a ** b"),
+    "div": (_div, NUMERIC_TYPES, None, EXPENSIVE, "a / b; integers truncate toward zero"),
+    "pow": (_pow, NUMERIC_TYPES, None, TRANSCENDENTAL, "a ** b"),
     "max": (np.maximum, NUMERIC_TYPES, None, ("commutative",), "larger of a, b; NaN wins"),
     "min": (np.minimum, NUMERIC_TYPES, None, ("commutative",), "smaller of a, b; NaN wins"),
-    "mod": (np.mod, NUMERIC_TYPES, None, (), "remainder with the sign of b (floor)"),
-    "fmod": (np.fmod, NUMERIC_TYPES, None, (), "remainder with the sign of a (truncate)"),
+    "mod": (np.mod, NUMERIC_TYPES, None, EXPENSIVE, "remainder with the sign of b (floor)"),
+    "fmod": (np.fmod, NUMERIC_TYPES, None, EXPENSIVE, "remainder with the sign of a (truncate)"),
     "eq": (np.equal, ALL_TYPES, DType.bool, ("commutative",), "a == b"),
     "ne": (np.not_equal, ALL_TYPES, DType.bool, ("commutative",), "a != b"),
     "lt": (np.less, NUMERIC_TYPES, DType.bool, (), "a < b"),
@@ -146,7 +152,8 @@ BINARY_OPS = {
 
 for _name, (_ref, _allowed, _result, _traits, _summary) in BINARY_OPS.items():
     define(_name, arity=2, infer=_binary_infer(_allowed, _result), reference=_ref,
-           traits=("elementwise", "pure", *_traits), summary=_summary, family="elementwise")
+           traits=("elementwise", "pure", *_traits), summary=_summary, family="elementwise",
+           category="elementwise")
 
 
 def _where_infer(types, attrs):
@@ -158,7 +165,7 @@ def _where_infer(types, attrs):
 
 define("where", arity=3, infer=_where_infer, reference=np.where,
        traits=("elementwise", "pure"), summary="cond ? a : b, broadcasting",
-       family="elementwise")
+       family="elementwise", category="elementwise")
 
 
 def _cast_reference(x, to):
@@ -171,7 +178,8 @@ def _cast_reference(x, to):
 define("cast", arity=1, attrs={"to": Attr("dtype")},
        infer=lambda types, attrs: types[0].with_dtype(attrs["to"]),
        reference=_cast_reference, traits=("elementwise", "pure"),
-       summary="convert the element type (floats to integers truncate)", family="elementwise")
+       summary="convert the element type (floats to integers truncate)", family="elementwise",
+       category="elementwise")
 
 
 def _constant_infer(types, attrs):
@@ -206,4 +214,5 @@ def _bitcast(x, to):
 # raw_bits: the interpreter passes f16/bf16 operands as they are, not widened to f32.
 define("bitcast", arity=1, attrs={"to": Attr("dtype")}, infer=_bitcast_infer,
        reference=_bitcast, traits=("elementwise", "pure", "raw_bits"), family="elementwise",
+       category="elementwise",
        summary="reinterpret the bits of each element as `to`, a type of the same width")

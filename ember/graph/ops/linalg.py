@@ -41,7 +41,8 @@ def _matmul_infer(types, attrs):
 
 
 define("matmul", arity=2, infer=_matmul_infer, reference=np.matmul, traits=("pure",),
-       summary="matrix product with NumPy semantics (batch dims broadcast)", family="linalg")
+       summary="matrix product with NumPy semantics (batch dims broadcast)", family="linalg",
+       category="contraction")
 
 # -- window geometry, shared with pool.py ------------------------------------------------
 
@@ -160,7 +161,7 @@ def _conv_reference(x, w, bias=None, *, strides, pads, dilations, groups):
 define("conv", arity=(2, 3), infer=_conv_infer, reference=_conv_reference,
        attrs={**WINDOW_ATTRS, "groups": Attr("int", 1)}, traits=("pure",),
        summary="N-d convolution (ONNX Conv): x [N,C,*S], w [M,C/groups,*K], bias [M]",
-       family="linalg")
+       family="linalg", category="contraction")
 
 # -- packed_matmul -----------------------------------------------------------------------
 
@@ -198,7 +199,8 @@ define("packed_matmul", arity=2, infer=_packed_matmul_infer,
        reference=lambda x, wp, *, n: np.matmul(x, unpack_matmul_weights(wp, n)),
        attrs={"n": Attr("int")}, traits=("pure",),
        summary="matmul by a constant matrix packed in panels of columns: x [..., M, K],"
-               " wp [ceil(N/L), K, L] -> [..., M, N]", family="linalg")
+               " wp [ceil(N/L), K, L] -> [..., M, N]", family="linalg",
+       category="contraction")
 
 # -- packed_conv -------------------------------------------------------------------------
 #
@@ -252,7 +254,8 @@ define("packed_conv", arity=(2, 3), infer=_packed_conv_infer,
        attrs={"kernel_shape": Attr("ints", ()), "strides": Attr("ints", ()),
               "dilations": Attr("ints", ())}, traits=("pure",),
        summary="2-D conv, one group, no padding, weights packed in panels of output"
-               " channels: x [N,C,H,W], wp [M/L,C*KH*KW,L], bias [M]", family="linalg")
+               " channels: x [N,C,H,W], wp [M/L,C*KH*KW,L], bias [M]", family="linalg",
+       category="contraction")
 
 # -- conv_transpose ----------------------------------------------------------------------
 
@@ -317,7 +320,7 @@ define("conv_transpose", arity=(2, 3), infer=_conv_transpose_infer,
        attrs={**WINDOW_ATTRS, "groups": Attr("int", 1), "output_padding": Attr("ints", ())},
        traits=("pure",),
        summary="N-d transposed convolution (ONNX ConvTranspose, explicit pads):"
-               " w [C,M/groups,*K]", family="linalg")
+               " w [C,M/groups,*K]", family="linalg", category="contraction")
 
 # -- attention -----------------------------------------------------------------------------
 

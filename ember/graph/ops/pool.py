@@ -66,7 +66,7 @@ define("max_pool", arity=1, infer=_pool_infer(NUMERIC_TYPES), reference=_max_poo
        attrs={"kernel": Attr("ints"), "strides": Attr("ints", ()), "pads": Attr("ints", ()),
               "dilations": Attr("ints", ()), "ceil_mode": Attr("bool", False)},
        traits=("pure",), summary="N-d max pooling over x [N,C,*S] (ONNX MaxPool)",
-       family="pool")
+       family="pool", category="contraction")
 
 
 def _avg_divisor(size, kernel, stride, pad_begin, pad_end, out, include_pad):
@@ -92,7 +92,7 @@ define("avg_pool", arity=1, infer=_pool_infer(FLOAT_TYPES), reference=_avg_pool_
        attrs={"kernel": Attr("ints"), "strides": Attr("ints", ()), "pads": Attr("ints", ()),
               "ceil_mode": Attr("bool", False), "count_include_pad": Attr("bool", False)},
        traits=("pure",), summary="N-d average pooling over x [N,C,*S] (ONNX AveragePool)",
-       family="pool")
+       family="pool", category="contraction")
 
 # -- resize ----------------------------------------------------------------------------
 

@@ -63,7 +63,7 @@ REDUCTIONS = {
 for _name, (_kind, _summary) in REDUCTIONS.items():
     define(_name, arity=1, infer=_reduce_infer, reference=_reducer(_kind),
            attrs={"axes": Attr("ints"), "keepdims": Attr("bool", False)},
-           traits=("pure",), summary=_summary, family="reduce")
+           traits=("pure",), summary=_summary, family="reduce", category="reduction")
 
 
 def _arg_infer(types, attrs):

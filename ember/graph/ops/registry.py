@@ -1,8 +1,10 @@
 """The op registry: one `OpDef` per op, holding everything Ember knows about it.
 
 An op's definition gives its arity, attribute schema, shape/dtype inference, NumPy
-reference semantics and, for composite ops, a decomposition into primitives. Later
-levels add their lowering here too, so that adding an op is one definition and its tests.
+reference semantics, its traits and category (what passes may assume about it) and, for
+composite ops, a decomposition into primitives. A primitive op's lowering lives in the loop
+level's registry (ember/loops/lower/core.py), which may import the graph but not the reverse;
+docs/graph-ir.md ("Adding an op") lists every step, and tests check that none is missed.
 """
 
 from __future__ import annotations
@@ -18,6 +20,20 @@ from ember.errors import BadAttributeError, ShapeError, UnsupportedOpError
 from ember.graph.ir import TensorType
 
 REQUIRED = object()  # marks an attribute that has no default
+
+# How fusion treats an op (ember/graph/fusion/policy.py describes each); "opaque" is never fused.
+CATEGORIES = ("elementwise", "index map", "reduction", "contraction", "opaque")
+# Declared traits and what they promise. Passes read them instead of keeping name lists.
+TRAITS = {
+    "pure": "no side effects: equal ops on equal operands give equal results",
+    "elementwise": "the value at an index depends on the operands at that (broadcast) index",
+    "commutative": "the two operands may be swapped",
+    "composite": "has a decomposition into other ops",
+    "isolated": "its regions see no values of the enclosing scopes",
+    "raw_bits": "the interpreter passes f16/bf16 operands unwidened",
+    "expensive": "tens of cycles per element: fusion does not recompute it at a broadcast",
+    "transcendental": "expensive math that fused kernels compute once and store",
+}
 
 # Attribute kinds and the Python values that hold them.
 ATTR_KINDS = ("int", "float", "bool", "str", "dtype", "ints", "floats", "dense", "symbol")
@@ -43,6 +59,7 @@ class OpDef:
     reference(*arrays, **attrs) -> ndarray | tuple of ndarrays (None for region ops,
     which the interpreter runs itself).
     decompose(builder, operands, attrs) -> list[Value], for composite ops.
+    traits: names from TRAITS; category: one of CATEGORIES.
     """
 
     name: str
@@ -55,6 +72,14 @@ class OpDef:
     decompose: Callable[..., Any] | None = None
     summary: str = ""
     family: str = ""
+    category: str = "opaque"
+
+    def __post_init__(self) -> None:
+        assert self.category in CATEGORIES, f"{self.name}: category {self.category!r}"
+        unknown = self.traits - set(TRAITS)
+        assert not unknown, f"{self.name}: unknown traits {sorted(unknown)}"
+        assert "transcendental" not in self.traits or "expensive" in self.traits, \
+            f"{self.name}: a transcendental op is expensive too"
 
     @property
     def is_composite(self) -> bool:
@@ -168,12 +193,12 @@ def define(name: str, *, arity: int | tuple[int, int | None], infer: Callable[..
            reference: Callable[..., Any] | None, attrs: dict[str, Attr] | None = None,
            num_regions: int = 0, traits: Sequence[str] = (),
            decompose: Callable[..., Any] | None = None, summary: str = "",
-           family: str = "") -> OpDef:
+           family: str = "", category: str = "opaque") -> OpDef:
     """Define and register an op. `arity` is a count or a (min, max) pair."""
     if isinstance(arity, int):
         arity = (arity, arity)
     return register(OpDef(name, arity, infer, reference, dict(attrs or {}), num_regions,
-                          frozenset(traits), decompose, summary, family))
+                          frozenset(traits), decompose, summary, family, category))
 
 
 def get_opdef(name: str) -> OpDef:

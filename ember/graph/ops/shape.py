@@ -62,7 +62,8 @@ def _reshape_infer(types, attrs):
 
 define("reshape", arity=1, attrs={"shape": Attr("ints")}, infer=_reshape_infer,
        reference=lambda x, shape: x.reshape(shape), traits=("pure",),
-       summary="the same elements in row-major order under a new shape", family="shape")
+       summary="the same elements in row-major order under a new shape", family="shape",
+       category="index map")
 
 
 def _broadcast_infer(types, attrs):
@@ -76,7 +77,9 @@ def _broadcast_infer(types, attrs):
 define("broadcast", arity=1, attrs={"shape": Attr("ints")}, infer=_broadcast_infer,
        # A copy: broadcast_to returns a read-only view with zero strides.
        reference=lambda x, shape: np.broadcast_to(x, shape).copy(), traits=("pure",),
-       summary="NumPy broadcasting of x to exactly `shape`", family="shape")
+       summary="NumPy broadcasting of x to exactly `shape`", family="shape",
+       # Fused like an elementwise op: its operand is read at the broadcast index.
+       category="elementwise")
 
 
 def _transpose_infer(types, attrs):
@@ -89,7 +92,8 @@ def _transpose_infer(types, attrs):
 
 define("transpose", arity=1, attrs={"perm": Attr("ints")}, infer=_transpose_infer,
        reference=lambda x, perm: np.transpose(x, perm), traits=("pure",),
-       summary="permute the axes: result axis i is axis perm[i] of x", family="shape")
+       summary="permute the axes: result axis i is axis perm[i] of x", family="shape",
+       category="index map")
 
 
 # -- slice, concat, pad -------------------------------------------------------------------
@@ -124,7 +128,7 @@ define("slice", arity=1,
        attrs={"starts": Attr("ints"), "ends": Attr("ints"), "steps": Attr("ints")},
        infer=_slice_infer,
        reference=lambda x, starts, ends, steps: x[tuple(map(_as_slice, starts, ends, steps))],
-       traits=("pure",), family="shape",
+       traits=("pure",), family="shape", category="index map",
        summary="x[start:end:step] per axis with Python range semantics, in bounds")
 
 
@@ -276,7 +280,7 @@ def _iota_reference(shape, axis, dtype):
 
 define("iota", arity=0, infer=_iota_infer, reference=_iota_reference,
        attrs={"shape": Attr("ints"), "axis": Attr("int", 0), "dtype": Attr("dtype", DType.i64)},
-       traits=("pure",), family="shape",
+       traits=("pure",), family="shape", category="index map",
        summary="a tensor whose elements are their index along `axis`")
 
 

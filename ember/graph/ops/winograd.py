@@ -106,6 +106,6 @@ define("winograd_input", arity=1, infer=_input_infer, reference=_input_reference
                " N*TH*TW, 0 for that; zero past the tiles)")
 define("winograd_output", arity=1, infer=_output_infer, reference=_output_reference,
        attrs={"size": Attr("ints"), "batch": Attr("int", 1)}, traits=("pure",),
-       family="linalg",
+       family="linalg", category="contraction",
        summary="Winograd F(2x2,3x3) output transform: [16, M, P] -> [batch, M, OH, OW],"
                " A^T m A of each tile's 16 points (columns past batch*TH*TW unread)")

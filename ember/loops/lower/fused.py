@@ -28,6 +28,7 @@ from dataclasses import replace
 from ember.errors import UnsupportedOpError
 from ember.graph.fusion.policy import FusionPlan, Refusal, classify, inlinable, reachable_from
 from ember.graph.ir import Graph, Op, Value
+from ember.graph.ops.registry import get_opdef, has_op
 from ember.loops.ir import (
     Binary,
     Buffer,
@@ -50,8 +51,12 @@ from ember.loops.lower.core import LowerContext, find_lowering
 from ember.loops.lower.ops.reduce import COMBINE, identity, narrow, widen
 
 Source = Callable[[Sequence[Expr]], Expr]
-# Unary ops worth storing once rather than computing twice (reuse_last_term).
-TRANSCENDENTAL = {"exp", "expm1", "log", "log1p", "tanh", "erf", "sin", "cos", "pow"}
+
+
+def transcendental(e: Expr) -> bool:
+    """Whether `e` is a loop-IR unary op that is a graph op declared `transcendental` (the
+    loop IR names them alike): worth storing once rather than computing twice."""
+    return isinstance(e, Unary) and has_op(e.op) and "transcendental" in get_opdef(e.op).traits
 
 
 class _OpContext(LowerContext):
@@ -166,8 +171,8 @@ class FusedKernel:
         scalar = self.ctx.local(root.result.dtype)
         self.sources[root.result] = lambda index: Load(scalar.name, (), scalar.dtype)
         probe = [Var(f"probe{d}") for d in range(len(root.result.shape))]
-        rctx.heavy_epilogue = any(isinstance(e, Unary) and e.op in TRANSCENDENTAL
-                                  for s in self.store_outputs(probe) for e in walk_expr(s.value))
+        rctx.heavy_epilogue = any(transcendental(e) for s in self.store_outputs(probe)
+                                  for e in walk_expr(s.value))
         body = fn(rctx)
         stores = 0
 
@@ -260,7 +265,7 @@ class FusedKernel:
             return stmts
         term = step.value.b
         moved = substitute(term, {reduction.var.name: last.var})
-        expensive = any(isinstance(x, Unary) and x.op in TRANSCENDENTAL for x in walk_expr(term))
+        expensive = any(transcendental(x) for x in walk_expr(term))
         stored = next((b for b in self.ctx.outputs if b.name == out.buffer), None)
         if not expensive or stored is None or term.dtype is not stored.dtype or not any(
                 x == moved for x in walk_expr(out.value)) or any(
