@@ -48,10 +48,10 @@ from ember.codegen.vector import (
     emit_streaming,
     emit_unrolled,
     emit_vectorized,
-    flatten,
     streaming_width,
 )
 from ember.dtypes import DType
+from ember.loops.analysis import flatten_dims
 from ember.loops.ir import (
     INDEX,
     Binary,
@@ -257,7 +257,7 @@ class KernelEmitter:
         offset = None
         # Dimensions split by a flat position are addressed by that position: a weight
         # read at (k // 9, k // 3 % 3, k % 3) costs one multiply, not four divisions.
-        index, shape = flatten(index, buf.shape)
+        index, shape = flatten_dims(index, buf.shape)
         for i, stride in zip(index, row_major_strides(shape)):
             term = self.index(i)
             if stride != 1:

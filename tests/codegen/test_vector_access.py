@@ -21,7 +21,8 @@ import pytest
 
 from ember.codegen import cpu
 from ember.codegen.llvm import kernel_module, program_module
-from ember.codegen.vector import STREAMING_BYTES, VectorPlan, flatten_index, plan_vector
+from ember.codegen.vector import STREAMING_BYTES
+from ember.loops.analysis import VectorPlan, flatten_index, plan_vector
 from ember.loops.ir import Binary, Const, Var
 from ember.loops.text import parse_kernel, parse_program
 from ember.loops.verify import verify_kernel

@@ -21,10 +21,10 @@ import ember
 from ember import Builder, DType
 from ember.codegen import cpu
 from ember.codegen.llvm import kernel_module, program_module
-from ember.codegen.vector import plan_vector
 from ember.driver.pass_manager import run_passes
 from ember.errors import ParseError, VerificationError
 from ember.loops import interp
+from ember.loops.analysis import plan_vector
 from ember.loops.ir import Const, Fma, For, Kernel, Load, Store, Var, loads_in, walk_stmts
 from ember.loops.lower import lower_graph
 from ember.loops.lower.core import LowerContext

@@ -10,8 +10,8 @@ import pytest
 
 from ember.codegen import cpu
 from ember.codegen.llvm import kernel_module
-from ember.codegen.vector import plan_vector
 from ember.errors import EmberError, ParseError
+from ember.loops.analysis import plan_vector
 from ember.loops.interp import LoopInterpreter
 from ember.loops.ir import For, Kernel, Program
 from ember.loops.primitives import (
