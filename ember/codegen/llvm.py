@@ -191,9 +191,10 @@ class KernelEmitter:
             return
         if s.kind == "unrolled" and emit_unrolled(self, s):
             return
-        if s.kind == "vectorized" and emit_vectorized(self, s) is None:
+        if s.kind == "vectorized":
+            emit_vectorized(self, s)
             return
-        # Otherwise (or when unrolling or vectorizing cannot apply): a serial loop.
+        # Otherwise (or when unrolling cannot apply): a serial loop.
         self.loop(s, self.index(s.start), self.index(s.stop))  # bounds evaluated once
 
     def loop(self, s: For, start: ir.Value, stop: ir.Value) -> None:

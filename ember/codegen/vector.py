@@ -15,8 +15,8 @@ vectors of W lanes, lane l standing for iteration s + l; `for %j = s to min(s + 
 the same with the lanes at or past `e` masked off (they load and store nothing; the body
 does not run at all when no lane is active). W is the trip count, not the target's width:
 LLVM splits or widens the vectors to its registers. Which loops can run so, and how each
-access is read, is `plan_vector` (ember/loops/analysis.py); a loop it refuses is emitted
-serially:
+access is read, is `plan_vector` (ember/loops/analysis.py); the verifier rejects a
+`vectorized` loop it refuses, so this module renders its plan and never falls back:
 
 - a uniform load is one scalar load; a contiguous one a vector load; a strided one a
   masked load of the span the lanes cover and a shuffle; any other a gather, its lane
@@ -49,6 +49,7 @@ from llvmlite import ir
 from ember.codegen import scalar, vmath
 from ember.codegen.scalar import I32, I64, declare, storage_type, value_type
 from ember.dtypes import DType
+from ember.errors import VerificationError
 from ember.loops.analysis import (
     REDUCTION_IDENTITY,
     VectorPlan,
@@ -581,14 +582,14 @@ _BINARY: dict[tuple[str, str], Callable[..., ir.Value]] = {
 }
 
 
-def emit_vectorized(em: KernelEmitter, s: For) -> str | None:
-    """Emit vectorized loop `s` on vectors; returns why not (nothing emitted) when it
-    cannot be (`plan_vector`, ember/loops/analysis.py)."""
+def emit_vectorized(em: KernelEmitter, s: For) -> None:
+    """Emit vectorized loop `s` on vectors, as `plan_vector` (ember/loops/analysis.py)
+    plans it; the verifier rejects any such loop that cannot be."""
     plan = vector_plan_in(em.kernel, s)
-    if isinstance(plan, str):
-        return plan
+    if isinstance(plan, str):  # an unverified kernel: never run it serially in silence
+        raise VerificationError(f"kernel @{em.kernel.name}: vectorized loop %{s.var.name}"
+                                f" cannot run on lanes: {plan}")
     VectorBody(em, s, plan).emit()
-    return None
 
 
 # -- streaming stores ------------------------------------------------------------------------

@@ -3,7 +3,8 @@ and `Schedule`, a list of them as data that prints, parses, serialises and repla
 
 A loop is named by its index variable (`i0`); a name that two loops share is refused as
 ambiguous. Each primitive is a pure function from a kernel to a new, verified kernel, and
-raises ScheduleError naming the loop and the reason when a rewrite is illegal. New loops
+raises ScheduleError naming the loop and the reason when a rewrite is illegal
+(`vectorize` raises VerificationError when the loop's body cannot run on lanes). New loops
 get fresh names derived from the old (`split i0 8` makes `i0.o` and `i0.i`, `fuse i0 i1`
 makes `i0_i1`) and are serial, except that split keeps a parallel loop's outer part
 parallel and a vectorized or unrolled loop's inner part so. A schedule prints one step a
@@ -27,6 +28,7 @@ from ember.loops.analysis import (
     independent,
     interchange_conflict,
     stored_buffers,
+    vector_plan_in,
 )
 from ember.loops.ir import (
     INDEX,
@@ -251,7 +253,8 @@ def _set_kind(kernel: Kernel, s: For, kind: str) -> Kernel:
 
 def vectorize(kernel: Kernel, loop: str) -> Kernel:
     """Mark an innermost loop with a constant trip count (or a split's `min(c, e)` tail)
-    `vectorized`; the backend says why it emits one serially (ember.codegen.vector)."""
+    `vectorized`; raises VerificationError with the reason when its body cannot run on
+    lanes (`plan_vector`, ember/loops/analysis.py)."""
     s = find_loop(kernel, loop)
     nested = next((t for t in walk_stmts(s.body) if isinstance(t, For)), None)
     if nested is not None:
@@ -260,6 +263,9 @@ def vectorize(kernel: Kernel, loop: str) -> Kernel:
     if s.step != 1 or not _constant_trip_bound(s):
         raise ScheduleError(f"cannot vectorize %{loop}: its trip count is not constant (it runs"
                             " from a constant start to a constant or min(c, e) stop, step 1)")
+    plan = vector_plan_in(kernel, s)
+    if isinstance(plan, str):
+        raise VerificationError(f"kernel @{kernel.name}: cannot vectorize %{loop}: {plan}")
     return _set_kind(kernel, s, "vectorized")
 
 
@@ -560,6 +566,6 @@ class Schedule:
         for number, step in enumerate(self.steps, 1):
             try:
                 kernel = step.apply(kernel)
-            except ScheduleError as e:
-                raise ScheduleError(f"step {number} ({step}): {e}") from e
+            except (ScheduleError, VerificationError) as e:
+                raise type(e)(f"step {number} ({step}): {e}") from e
         return kernel
