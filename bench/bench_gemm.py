@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
 from ember.target import Target
 
 HOST = Target.host()

@@ -27,7 +27,7 @@ from ember.frontends.torch.export import capture_program, import_program  # noqa
 from ember.graph.ir import clone_graph  # noqa: E402
 from ember.graph.passes import DEFAULT_PIPELINE  # noqa: E402
 from ember.loops.lower import lower_graph  # noqa: E402
-from ember.target import Target
+from ember.target import Target  # noqa: E402
 
 HOST = Target.host()
 

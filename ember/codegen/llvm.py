@@ -48,10 +48,10 @@ from ember.codegen.vector import (
     emit_streaming,
     emit_unrolled,
     emit_vectorized,
-    flatten,
     streaming_width,
 )
 from ember.dtypes import DType
+from ember.loops.analysis import flatten_dims
 from ember.loops.ir import (
     INDEX,
     Binary,
@@ -191,9 +191,10 @@ class KernelEmitter:
             return
         if s.kind == "unrolled" and emit_unrolled(self, s):
             return
-        if s.kind == "vectorized" and emit_vectorized(self, s) is None:
+        if s.kind == "vectorized":
+            emit_vectorized(self, s)
             return
-        # Otherwise (or when unrolling or vectorizing cannot apply): a serial loop.
+        # Otherwise (or when unrolling cannot apply): a serial loop.
         self.loop(s, self.index(s.start), self.index(s.stop))  # bounds evaluated once
 
     def loop(self, s: For, start: ir.Value, stop: ir.Value) -> None:
@@ -257,7 +258,7 @@ class KernelEmitter:
         offset = None
         # Dimensions split by a flat position are addressed by that position: a weight
         # read at (k // 9, k // 3 % 3, k % 3) costs one multiply, not four divisions.
-        index, shape = flatten(index, buf.shape)
+        index, shape = flatten_dims(index, buf.shape)
         for i, stride in zip(index, row_major_strides(shape)):
             term = self.index(i)
             if stride != 1:

@@ -14,46 +14,23 @@ vectors along the copies and transposes them with shuffles before the copies
 vectors of W lanes, lane l standing for iteration s + l; `for %j = s to min(s + W, e)` is
 the same with the lanes at or past `e` masked off (they load and store nothing; the body
 does not run at all when no lane is active). W is the trip count, not the target's width:
-LLVM splits or widens the vectors to its registers, so a schedule picks W for its data
-(16 f32 lanes fill one AVX-512 register or two AVX2 ones). In the body:
+LLVM splits or widens the vectors to its registers. Which loops can run so, and how each
+access is read, is `plan_vector` (ember/loops/analysis.py); the verifier rejects a
+`vectorized` loop it refuses, so this module renders its plan and never falls back:
 
-- a load whose index does not involve the lane variable `j` is one scalar load (uniform);
-  one whose last index is `u + j` (u uniform) and whose other indices do not involve `j` is
-  one vector load of consecutive elements (contiguous); one whose last index is
-  `u + c * j` with 2 <= c <= MAX_LOAD_STRIDE is one masked load of the span the lanes
-  cover, enabled at their elements only, and a shuffle (strided); dimensions split by a
-  flat position count as one (`flatten_index`: [floordiv(p, D), mod(p, D)] is [p]); any
-  other load is a gather, its lane offsets computed on vectors when its index has vector
-  code (one vector GEP), else each lane's apart;
-- a store is contiguous, or writes a local at a uniform index at the top of the body that
-  the body reads only after that store, at that index: such a local is a per-lane
-  temporary held in a register (after the loop it holds the last active lane's value);
-  or it writes a buffer that is not a local at an address linear in `j` with a nonzero
-  slope, so that its lanes' elements are distinct: a masked scatter (`distinct_lanes`);
-  or, where the caller allows reductions (a schedule's `vectorized` loop, not the loops
-  `vectorize_inner_loops` tries), it accumulates into a local at a uniform index,
-  `%acc[u] = op(%acc[u], x)` with op add, mul, max or min of f32, f64, i32 or i64, the body
-  reading %acc nowhere else: x's active lanes are combined by halving and the result
-  with %acc (a float sum reassociated, as LLVM may a scalar accumulator's; max and min
-  exact). Attention's row maxima and sums are such loops;
+- a uniform load is one scalar load; a contiguous one a vector load; a strided one a
+  masked load of the span the lanes cover and a shuffle; any other a gather, its lane
+  offsets computed on vectors when its index has vector code (one vector GEP), else each
+  lane's apart;
+- a contiguous store is a vector store; a lane-private local is held in a register
+  (after the loop it holds the last active lane's value); a store to distinct elements is
+  a masked scatter; a reduction into a local combines the active lanes by halving, then
+  with the accumulator (a float sum reassociated, as LLVM may a scalar accumulator's);
 - a `select` whose condition differs between lanes and whose first side is a load of f32
-  or f64 loads only on the lanes it picks (a masked load or gather), so that the other
-  lanes may address memory outside the buffer (a conv's row segments);
-- expressions that are the same in every lane are scalar code (ember.codegen.scalar);
-  lane-varying ones are vector instructions with the scalar code's semantics: float
-  add/sub/mul/div/max/min/neg/abs/sqrt, fma, comparisons, select, integer add/sub/mul/
-  max/min and bit logic, float-to-float and integer-to-float casts;
-- `if`s whose condition is uniform.
-
-The body runs statement by statement for all lanes at once instead of iteration by
-iteration; that is the serial loop's meaning when no lane reads what another lane writes,
-which `plan_vector` checks: a buffer the body stores to is read in it only at the one
-index it is stored at (distinct parameters are distinct buffers). A loop that fails a
-check, or whose body has a nested loop, a lane-dependent `if` or a lane-varying op without
-vector code here (exp, a bf16 store, ...), is emitted as a serial loop: `vectorized` is a
-schedule's request, and `plan_vector` says why it was not granted. LLVM's own loop
-vectorizer may still widen that serial loop (vmath's inline exp, tanh and erf are written
-for it).
+  or f64 loads only on the lanes it picks, so that the other lanes may address memory
+  outside the buffer (a conv's row segments);
+- expressions the same in every lane are scalar code (ember.codegen.scalar); lane-varying
+  ones are the vector instructions of the tables below, with the scalar code's semantics.
 
 **Streaming stores.** A serial loop (or a thread's share of a parallel one) whose body is
 one store, contiguous in its variable, to an output of at least STREAMING_BYTES is run as
@@ -64,8 +41,7 @@ saves reading each line before it is written (`emit_streaming`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
@@ -73,16 +49,26 @@ from llvmlite import ir
 from ember.codegen import scalar, vmath
 from ember.codegen.scalar import I32, I64, declare, storage_type, value_type
 from ember.dtypes import DType
+from ember.errors import VerificationError
+from ember.loops.analysis import (
+    REDUCTION_IDENTITY,
+    VectorPlan,
+    access_kind,
+    coefficient,
+    family,
+    has_vector_code,
+    load_stride,
+    plan_vector,
+    trip_bound,
+    vector_plan_in,
+)
 from ember.loops.ir import (
-    INDEX,
     Binary,
-    Bitcast,
     Cast,
     Const,
     Expr,
     Fma,
     For,
-    If,
     Load,
     Select,
     Stmt,
@@ -90,34 +76,14 @@ from ember.loops.ir import (
     Unary,
     Var,
     operands,
-    row_major_strides,
     substitute,
     walk_expr,
-    walk_stmts,
 )
-from ember.loops.simplify import affine_terms
 
 if TYPE_CHECKING:
     from ember.codegen.llvm import KernelEmitter
 
 MAX_UNROLL = 64  # copies; a longer unrolled loop is emitted as a serial one
-MAX_LANES = 64
-
-
-def trip_bound(s: For) -> tuple[int, int, Expr | None] | None:
-    """(start, the most iterations, the stop to check or None when the count is exact) for
-    a loop with a constant start whose trip count has a constant bound."""
-    if not isinstance(s.start, Const):
-        return None
-    start = int(s.start.value)
-    if isinstance(s.stop, Const):
-        return start, len(range(start, int(s.stop.value), s.step)), None
-    if s.step == 1 and isinstance(s.stop, Binary) and s.stop.op == "min":
-        for bound in (s.stop.a, s.stop.b):
-            if isinstance(bound, Const) and bound.dtype is INDEX:
-                return start, max(0, int(bound.value) - start), s.stop
-    return None
-
 
 # -- unrolled loops ----------------------------------------------------------------------------
 
@@ -244,256 +210,6 @@ def transpose_vectors(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
     return rows
 
 
-# -- vectorized loops: the legality check --------------------------------------------------------
-
-def coefficient(e: Expr, name: str) -> int | None:
-    """The constant c with e = u + c * name (u free of `name`), or None when there is none."""
-    total = 0
-    for c, term in affine_terms(e):
-        if term == Var(name):
-            total += c
-        elif any(isinstance(x, Var) and x.name == name for x in walk_expr(term)):
-            return None
-    return total
-
-
-def flatten_index(index: Sequence[Expr], shape: Sequence[int]) -> list[Expr]:
-    """`index` with adjacent dimensions merged where the row-major address does not need
-    them apart: [.., floordiv(e, D), mod(e, D)] with D the last one's extent is [.., e]
-    (an output written by its flat position, as a convolution's (oh, ow)), and
-    [.., mod(floordiv(e, D), X), mod(e, D)] is [.., mod(e, X * D)] (a weight read by a
-    flat (c, kh, kw)); [.., add(r, floordiv(e, D)), mod(e, D)] is [.., add(mul(r, D), e)]
-    (a block of columns from row r on). The merged index addresses the same element."""
-    return flatten(index, shape)[0]
-
-
-def flatten(index: Sequence[Expr], shape: Sequence[int]) -> tuple[list[Expr], list[int]]:
-    """`flatten_index`, with the extents of the merged dimensions."""
-    dims = list(zip(index, shape))
-    merged = True
-    while merged:
-        merged = False
-        for d in range(len(dims) - 1):
-            (high, high_extent), (low, low_extent) = dims[d], dims[d + 1]
-            if not (isinstance(low, Binary) and low.op == "mod" and low.b == Const(low_extent)):
-                continue
-            e = low.a
-            if (rest := _beside_quotient(high, e, low.b)) is not None:
-                one = e if rest is _NOTHING else Binary("add", Binary("mul", rest, low.b), e)
-            elif isinstance(high, Binary) and high.op == "mod" and isinstance(high.b, Const) \
-                    and high.a == Binary("floordiv", e, low.b):
-                one = Binary("mod", e, Const(int(high.b.value) * low_extent))
-            else:
-                continue
-            dims[d:d + 2] = [(one, high_extent * low_extent)]
-            merged = True
-            break
-    return [i for i, _ in dims], [extent for _, extent in dims]
-
-
-_NOTHING = Const(0)
-
-
-def _beside_quotient(high: Expr, e: Expr, divisor: Expr) -> Expr | None:
-    """What `high` adds to floordiv(e, divisor): _NOTHING when it is that quotient, `r`
-    when it is add(r, quotient) in either order, at any depth of adds (a column block's
-    start row plus the rows its lanes pass); None when the quotient is not a term of it."""
-    if isinstance(high, Binary) and high.op == "floordiv" and high.a == e and high.b == divisor:
-        return _NOTHING
-    if isinstance(high, Binary) and high.op == "add":
-        for term, other in ((high.a, high.b), (high.b, high.a)):
-            rest = _beside_quotient(term, e, divisor)
-            if rest is not None:
-                return other if rest is _NOTHING else Binary("add", rest, other)
-    return None
-
-
-# A load whose lanes are this many elements apart or fewer reads the span they cover and
-# picks its lanes with a shuffle: a stride-2 conv's packing, 2 loads and a permute per 16
-# lanes where a gather costs about one load per lane.
-MAX_LOAD_STRIDE = 4
-
-
-def access_kind(index: Sequence[Expr], name: str, shape: Sequence[int] | None = None) -> str:
-    """uniform, contiguous, strided or gather: how the lanes of a vectorized loop over
-    `name` see an access at `index` (of a buffer of `shape`, whose merged dimensions count
-    as one: `flatten_index`). Strided: the last index is u + c * name, 2 <= c <=
-    MAX_LOAD_STRIDE, and the others are uniform (`load_stride` gives c)."""
-    if shape is not None:
-        index = flatten_index(index, shape)
-    coefs = [coefficient(i, name) for i in index]
-    if all(c == 0 for c in coefs):
-        return "uniform"
-    if index and all(c == 0 for c in coefs[:-1]):
-        if coefs[-1] == 1:
-            return "contiguous"
-        if coefs[-1] is not None and 2 <= coefs[-1] <= MAX_LOAD_STRIDE:
-            return "strided"
-    return "gather"
-
-
-def distinct_lanes(index: Sequence[Expr], name: str, shape: Sequence[int] | None) -> bool:
-    """Whether an access at `index` of a buffer of `shape` addresses a different element
-    in every lane of a loop over `name`: its row-major offset is u + c * name, c != 0 (a
-    scatter store needs that, or lanes would race for one element)."""
-    if shape is None or len(shape) != len(index):
-        return False
-    coefs = [coefficient(i, name) for i in index]
-    if any(c is None for c in coefs):
-        return False
-    return sum(c * s for c, s in zip(coefs, row_major_strides(shape))) != 0
-
-
-def load_stride(index: Sequence[Expr], name: str, shape: Sequence[int]) -> int:
-    """The elements between lanes of a strided access (`access_kind`)."""
-    stride = coefficient(flatten_index(index, shape)[-1], name)
-    assert stride is not None
-    return stride
-
-
-@dataclass
-class VectorPlan:
-    width: int
-    start: int
-    stop: Expr | None  # the stop to mask lanes against; None when every lane runs
-    lane_locals: set[str]  # locals held per lane in registers (uniform stores)
-    reductions: set[str] = field(default_factory=set)  # locals the lanes reduce into
-
-
-def _family(t: DType) -> str:
-    return "bool" if t is DType.bool else "float" if t.is_float else "int"
-
-
-def _vector_cast(src: DType, dst: DType) -> bool:
-    halves = (DType.f16, DType.bf16)
-    return (src.is_float and dst.is_float and dst is not DType.bf16
-            and not (src is DType.f64 and dst is DType.f16)) or \
-        (src.is_int and src is not DType.bool and dst.is_float and dst not in halves)
-
-
-def _no_vector_code(e: Expr) -> str | None:
-    """Why lane-varying `e`'s own operation has no vector code here (None: it has)."""
-    if isinstance(e, Unary) and e.op in vmath.FUNCTIONS:
-        if value_type(e.a.dtype) == scalar.F32:  # f32, and halves computed in f32
-            return None
-        return f"{e.op} on {e.a.dtype} has no vector code (vector math is f32)"
-    if isinstance(e, Unary) and (e.op, _family(e.a.dtype)) not in _UNARY or \
-            isinstance(e, Binary) and (e.op, _family(e.a.dtype)) not in _BINARY:
-        return f"{e.op} on {e.a.dtype} has no vector code"
-    if isinstance(e, Cast) and not _vector_cast(e.a.dtype, e.dtype):
-        return f"the cast of {e.a.dtype} to {e.dtype} has no vector code"
-    if isinstance(e, Bitcast):
-        return "bitcast has no vector code"
-    if isinstance(e, Fma) and not e.dtype.is_float:
-        return "fma needs floats"
-    return None
-
-
-def _reduction(st: Stmt, locals_: set[str], name: str) -> bool:
-    """Whether `st` is `%acc[u] = op(%acc[u], x)`, u uniform in lane variable `name`, on a
-    local of a type and op with a vector reduction (`REDUCTION_IDENTITY`)."""
-    if not isinstance(st, Store) or st.buffer not in locals_ or \
-            access_kind(st.index, name) != "uniform":
-        return False
-    value = st.value
-    return isinstance(value, Binary) and \
-        (value.op, value.dtype) in REDUCTION_IDENTITY and \
-        value.a == Load(st.buffer, st.index, value.dtype)
-
-
-def plan_vector(s: For, locals_: set[str], shapes: Mapping[str, Sequence[int]] | None = None,
-                reductions: bool = False) -> VectorPlan | str:
-    """How to emit vectorized loop `s` (in a kernel whose buffers have `shapes`), or why it
-    cannot be (then it runs serially). With `reductions`, a local accumulated across the
-    lanes (`_reduction`) is reduced horizontally; without, such a body runs serially."""
-    shapes = shapes or {}
-    bound = trip_bound(s)
-    if s.step != 1 or bound is None:
-        return "its trip count has no constant bound"
-    start, width, stop = bound
-    if not 1 <= width <= MAX_LANES:
-        return f"its width {width} is not in [1, {MAX_LANES}]"
-    name = s.var.name
-    reduced = {st.buffer for st in s.body if _reduction(st, locals_, name)} \
-        if reductions else set()
-    # Lane-private temporaries: locals stored at a uniform index at the top of the body.
-    lane_locals = {st.buffer for st in s.body if isinstance(st, Store)
-                   and st.buffer in locals_ and st.buffer not in reduced
-                   and access_kind(st.index, name) == "uniform"}
-    stmts = list(walk_stmts(s.body))
-    varying: dict[Expr, bool] = {}
-
-    def varies(e: Expr) -> bool:  # differs between lanes (memoized: trees share nodes)
-        if e not in varying:
-            if isinstance(e, Var):
-                varying[e] = e.name == name
-            elif isinstance(e, Load):
-                varying[e] = e.buffer in lane_locals or any(varies(i) for i in e.index)
-            else:
-                varying[e] = any(varies(x) for x in operands(e))
-        return varying[e]
-
-    def check(e: Expr) -> str | None:
-        """Why `e` has no vector code. Indices need none: a uniform or contiguous access
-        computes lane 0's (scalar code), and a gather without it computes each lane's."""
-        if isinstance(e, Load):
-            if any(isinstance(y, Load) and y.buffer in lane_locals
-                   for i in e.index for y in walk_expr(i)):
-                return "an index reads a lane-private local"
-            return None
-        if varies(e) and not isinstance(e, (Var, Const)):
-            why = _no_vector_code(e)
-            if why:
-                return why
-        return next(filter(None, map(check, operands(e))), None)
-
-    stores: dict[str, set[tuple[Expr, ...]]] = {}
-    for st in stmts:
-        if isinstance(st, For):
-            return "its body has a loop"
-        if isinstance(st, If):
-            if varies(st.cond):
-                return "its body has an if whose condition differs between lanes"
-            continue
-        why = check(st.value)
-        if why:
-            return why
-        kind = access_kind(st.index, name, shapes.get(st.buffer))
-        if st.buffer in reduced:
-            if st not in s.body or not varies(st.value.b):
-                return f"%{st.buffer} is reduced under an if or over lane-uniform values"
-        elif st.buffer in lane_locals:
-            if kind != "uniform" or st not in s.body:
-                return f"%{st.buffer} is stored both per lane and not"
-        elif kind != "contiguous" and (st.buffer in locals_ or not distinct_lanes(
-                st.index, name, shapes.get(st.buffer))):
-            return (f"a store to %{st.buffer} is neither contiguous, lane-private nor a"
-                    f" scatter to distinct elements")
-        elif st.value.dtype is DType.bf16 and varies(st.value):
-            return "storing bf16 (rounding) has no vector code"
-        stores.setdefault(st.buffer, set()).add(st.index)
-    written: set[str] = set()
-    for st in stmts:  # in order: no lane reads what another lane writes
-        for e in [st.cond] if isinstance(st, If) else [*st.index, st.value]:
-            for x in walk_expr(e):
-                if not isinstance(x, Load) or x.buffer not in stores:
-                    continue
-                if x.buffer in reduced:
-                    if not (isinstance(st, Store) and st.buffer == x.buffer and
-                            x is st.value.a):
-                        return f"%{x.buffer} is read while the lanes reduce into it"
-                    continue
-                if x.buffer in lane_locals and x.buffer not in written:
-                    return f"%{x.buffer} is read before the lane stores it"
-                if len(stores[x.buffer]) != 1 or x.index not in stores[x.buffer]:
-                    return f"%{x.buffer} is read at another index than it is stored at"
-        if isinstance(st, Store):
-            if len(stores[st.buffer]) != 1:
-                return f"%{st.buffer} is stored at two indices"
-            written.add(st.buffer)
-    return VectorPlan(width, start, stop, lane_locals, reduced)
-
-
 # -- vectorized loops: emission ------------------------------------------------------------------
 
 def _mangle(t: ir.Type) -> str:
@@ -618,7 +334,7 @@ class VectorBody:
         if size != self.width:
             lanes = b.shuffle_vector(lanes, self.splat(identity), ir.Constant(
                 ir.VectorType(I32, size), [min(k, self.width) for k in range(size)]))
-        combine = _BINARY[e.op, _family(e.dtype)]
+        combine = _BINARY[e.op, family(e.dtype)]
         while size > 1:
             size //= 2
             low, high = (b.shuffle_vector(lanes, ir.Constant(lanes.type, None), ir.Constant(
@@ -742,7 +458,7 @@ class VectorBody:
         index computed apart (scalar code, once per lane)."""
         b, var = self.b, self.loop.var.name
         buf = self.em.kernel.buffer(name)
-        if all(_no_vector_code(x) is None for i in index for x in walk_expr(i)
+        if all(has_vector_code(x) for i in index for x in walk_expr(i)
                if not isinstance(x, (Var, Const, Load)) and self.varies(x)):
             offsets = None
             for i, stride in zip(index, buf.strides):
@@ -805,8 +521,8 @@ class VectorBody:
         if isinstance(e, Unary) and e.op in vmath.FUNCTIONS:  # whole vectors of f32
             return vmath.FUNCTIONS[e.op](b, values[0])
         if isinstance(e, Unary):
-            return _UNARY[e.op, _family(e.a.dtype)](self, values[0])
-        return _BINARY[e.op, _family(e.a.dtype)](self, e.a.dtype, *map(self.splat, values))
+            return _UNARY[e.op, family(e.a.dtype)](self, values[0])
+        return _BINARY[e.op, family(e.a.dtype)](self, e.a.dtype, *map(self.splat, values))
 
     def cast(self, src: DType, dst: DType, x: ir.Value) -> ir.Value:
         """scalar.cast on vectors, for the casts that `_vector_cast` allows."""
@@ -821,17 +537,6 @@ class VectorBody:
         convert = b.sitofp if src.is_signed else b.uitofp
         return convert(x, self.vec(value_type(dst)))
 
-
-# The ops and types that a vectorized loop reduces across its lanes, with the identity that
-# stands in for inactive lanes.
-REDUCTION_IDENTITY: dict[tuple[str, DType], float | int] = {
-    **{(op, t): value for t in (DType.f32, DType.f64)
-       for op, value in (("add", -0.0), ("mul", 1.0), ("max", float("-inf")),
-                         ("min", float("inf")))},
-    **{(op, t): value for t in (DType.i32, DType.i64)
-       for op, value in (("add", 0), ("mul", 1), ("max", -(1 << (8 * t.itemsize - 1))),
-                         ("min", (1 << (8 * t.itemsize - 1)) - 1))},
-}
 
 _FCMP = {"eq": "==", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 _ICMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -877,14 +582,14 @@ _BINARY: dict[tuple[str, str], Callable[..., ir.Value]] = {
 }
 
 
-def emit_vectorized(em: KernelEmitter, s: For) -> str | None:
-    """Emit vectorized loop `s` on vectors; returns why not (nothing emitted) when it
-    cannot be."""
-    plan = plan_vector(s, em.local_names, em.shapes, reductions=True)
-    if isinstance(plan, str):
-        return plan
+def emit_vectorized(em: KernelEmitter, s: For) -> None:
+    """Emit vectorized loop `s` on vectors, as `plan_vector` (ember/loops/analysis.py)
+    plans it; the verifier rejects any such loop that cannot be."""
+    plan = vector_plan_in(em.kernel, s)
+    if isinstance(plan, str):  # an unverified kernel: never run it serially in silence
+        raise VerificationError(f"kernel @{em.kernel.name}: vectorized loop %{s.var.name}"
+                                f" cannot run on lanes: {plan}")
     VectorBody(em, s, plan).emit()
-    return None
 
 
 # -- streaming stores ------------------------------------------------------------------------

@@ -54,6 +54,7 @@ class Backend(ABC):
         parameters its results) on scratch buffers. Runs in the tuner's worker process,
         so a backend must pickle."""
 
+    @abstractmethod
     def dump(self, program: Program, plan: MemoryPlan, folder: Path) -> None:
         """Write what this backend makes of `program` (its IR, its assembly) to `folder`."""
 

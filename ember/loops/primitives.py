@@ -3,7 +3,8 @@ and `Schedule`, a list of them as data that prints, parses, serialises and repla
 
 A loop is named by its index variable (`i0`); a name that two loops share is refused as
 ambiguous. Each primitive is a pure function from a kernel to a new, verified kernel, and
-raises ScheduleError naming the loop and the reason when a rewrite is illegal. New loops
+raises ScheduleError naming the loop and the reason when a rewrite is illegal
+(`vectorize` raises VerificationError when the loop's body cannot run on lanes). New loops
 get fresh names derived from the old (`split i0 8` makes `i0.o` and `i0.i`, `fuse i0 i1`
 makes `i0_i1`) and are serial, except that split keeps a parallel loop's outer part
 parallel and a vectorized or unrolled loop's inner part so. A schedule prints one step a
@@ -22,6 +23,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from ember.errors import ParseError, ScheduleError, VerificationError
+from ember.loops.analysis import (
+    affine_form,
+    independent,
+    interchange_conflict,
+    stored_buffers,
+    vector_plan_in,
+)
 from ember.loops.ir import (
     INDEX,
     Binary,
@@ -44,8 +52,6 @@ from ember.loops.ir import (
     walk_expr,
     walk_stmts,
 )
-from ember.loops.schedule import independent
-from ember.loops.simplify import affine_sum, affine_terms
 from ember.loops.verify import verify_kernel
 
 # Locals live on the stack (an alloca per kernel); a cache past L2's size also buys nothing.
@@ -126,10 +132,6 @@ def _substitute(stmts: list[Stmt], values: dict[str, Expr]) -> list[Stmt]:
     return _map_exprs(stmts, lambda e: map_expr(e, node))
 
 
-def _stored(stmts: list[Stmt]) -> set[str]:
-    return {s.buffer for s in walk_stmts(stmts) if isinstance(s, Store)}
-
-
 def _uses(e: Expr, name: str) -> bool:
     return any(isinstance(x, Var) and x.name == name for x in walk_expr(e))
 
@@ -150,7 +152,7 @@ def _constant_trip_bound(s: For) -> bool:
 def _check_bounds_stable(s: For, what: str) -> None:
     """Refuse to move the evaluation of `s`'s bounds when its body writes what they read."""
     read = {x.buffer for e in (s.start, s.stop) for x in walk_expr(e) if isinstance(x, Load)}
-    clobbered = read & _stored(s.body)
+    clobbered = read & stored_buffers(s.body)
     if clobbered:
         raise ScheduleError(f"cannot {what}: the bounds of %{s.var.name} read"
                             f" %{sorted(clobbered)[0]}, which its body writes")
@@ -173,73 +175,11 @@ def _position(block: list[Stmt], target: Stmt) -> int:
     return next(i for i, s in enumerate(block) if s is target)
 
 
-# -- affine index analysis ---------------------------------------------------------------------
-
-# e = sum(coefficient * var for the variables asked about) + constant + rest, where the rest
-# is free of those variables.
-Linear = tuple[dict[str, int], int, Expr]
-
-
-def _linear(e: Expr, names: set[str]) -> Linear | None:
-    """`e` as an affine function of the variables `names`, or None when it is not one."""
-    coefficients: dict[str, int] = {}
-    constant, rest = 0, []
-    for c, term in affine_terms(e):
-        if isinstance(term, Var) and term.name in names:
-            coefficients[term.name] = coefficients.get(term.name, 0) + c
-        elif term == Const(1):
-            constant += c
-        elif any(isinstance(x, Var) and x.name in names for x in walk_expr(term)):
-            return None
-        else:
-            rest.append((c, term))
-    return {v: c for v, c in coefficients.items() if c}, constant, affine_sum(rest)
-
-
 def _affine_expr(coefficients: dict[str, int], constant: int) -> Expr:
     e: Expr = Const(constant)
     for v, c in reversed(coefficients.items()):  # the first variable ends up leftmost
         e = binary("add", binary("mul", Var(v), c), e)
     return e
-
-
-def _interchange_conflict(a: For, b: For, locals_: set[str]) -> str | None:
-    """Why swapping the perfect nest a { b { ... } } may change results, or None.
-
-    Every buffer the nest writes must be accessed at a single index. Iterations that touch
-    the same element then differ only in variables the index does not determine; the
-    interchange keeps their order as long as the index determines a's or b's variable (a
-    component c * var + terms free of the nest's variables). Locals the body stores at its
-    top level before any read are per-iteration scratch and exempt."""
-    nest = {a.var.name} | {s.var.name for s in walk_stmts([b]) if isinstance(s, For)}
-    scratch: set[str] = set()
-    seen: set[str] = set()
-    for s in b.body:
-        mentioned = {x.buffer for x in loads_in([s])} | _stored([s])
-        if isinstance(s, Store) and s.buffer in locals_ and s.buffer not in seen and \
-                s.buffer not in {x.buffer for x in loads_in([s])}:
-            scratch.add(s.buffer)
-        seen |= mentioned
-    indices: dict[str, set[tuple[Expr, ...]]] = {}
-    for s in walk_stmts(b.body):
-        if isinstance(s, Store):
-            indices.setdefault(s.buffer, set()).add(s.index)
-    for load in loads_in(b.body):
-        indices.setdefault(load.buffer, set()).add(load.index)
-
-    def determines(index: tuple[Expr, ...], var: str) -> bool:
-        forms = (_linear(e, nest) for e in index)
-        return any(f is not None and set(f[0]) == {var} for f in forms)
-
-    for name in sorted(_stored(b.body)):
-        if len(indices[name]) != 1:
-            return f"%{name} is written and accessed at more than one index in the nest"
-        index = next(iter(indices[name]))
-        if name not in scratch and not (determines(index, a.var.name)
-                                        or determines(index, b.var.name)):
-            return (f"iterations of both loops update the same elements of %{name}; the"
-                    " interchange would reorder those updates")
-    return None
 
 
 # -- the primitives --------------------------------------------------------------------------------
@@ -284,7 +224,7 @@ def split(kernel: Kernel, loop: str, factor: int) -> Kernel:
 def reorder(kernel: Kernel, outer: str, inner: str) -> Kernel:
     """Interchange the perfect nest `outer` { `inner` { body } }, each loop keeping its kind."""
     a, b = _perfect_nest(kernel, outer, inner, f"reorder %{outer} and %{inner}")
-    why = _interchange_conflict(a, b, {x.name for x in kernel.locals})
+    why = interchange_conflict(a, b, {x.name for x in kernel.locals})
     if why:
         raise ScheduleError(f"cannot reorder %{outer} and %{inner}: {why}")
     return _rewrite(kernel, {id(a): [replace(b, body=[replace(a, body=b.body)])]})
@@ -313,7 +253,8 @@ def _set_kind(kernel: Kernel, s: For, kind: str) -> Kernel:
 
 def vectorize(kernel: Kernel, loop: str) -> Kernel:
     """Mark an innermost loop with a constant trip count (or a split's `min(c, e)` tail)
-    `vectorized`; the backend says why it emits one serially (ember.codegen.vector)."""
+    `vectorized`; raises VerificationError with the reason when its body cannot run on
+    lanes (`plan_vector`, ember/loops/analysis.py)."""
     s = find_loop(kernel, loop)
     nested = next((t for t in walk_stmts(s.body) if isinstance(t, For)), None)
     if nested is not None:
@@ -322,6 +263,9 @@ def vectorize(kernel: Kernel, loop: str) -> Kernel:
     if s.step != 1 or not _constant_trip_bound(s):
         raise ScheduleError(f"cannot vectorize %{loop}: its trip count is not constant (it runs"
                             " from a constant start to a constant or min(c, e) stop, step 1)")
+    plan = vector_plan_in(kernel, s)
+    if isinstance(plan, str):
+        raise VerificationError(f"kernel @{kernel.name}: cannot vectorize %{loop}: {plan}")
     return _set_kind(kernel, s, "vectorized")
 
 
@@ -334,7 +278,7 @@ def unroll(kernel: Kernel, loop: str) -> Kernel:
 
 
 def parallel(kernel: Kernel, loop: str) -> Kernel:
-    """Mark a loop whose iterations are independent (`schedule.independent`) `parallel`."""
+    """Mark a loop whose iterations are independent (`analysis.independent`) `parallel`."""
     s = find_loop(kernel, loop)
     why = independent(s, kernel)
     if why:
@@ -396,7 +340,7 @@ def cache_read(kernel: Kernel, buffer: str, at_loop: str) -> Kernel:
     except KeyError:
         raise ScheduleError(f"kernel @{kernel.name} has no buffer %{buffer}") from None
     where = f"cannot cache %{buffer} at %{at_loop}"
-    written = _stored(s.body)
+    written = stored_buffers(s.body)
     if buffer in written:
         raise ScheduleError(f"{where}: the loop writes it")
     reads = list(_reads_in(s.body, buffer, (s,), False))
@@ -414,7 +358,7 @@ def cache_read(kernel: Kernel, buffer: str, at_loop: str) -> Kernel:
                 raise ScheduleError(f"{where}: loop %{loop.var.name} has no constant,"
                                     " non-empty bounds")
             ranges[loop.var.name] = (r[0], r[-1])
-        form = [_linear(e, set(ranges)) for e in load.index]
+        form = [affine_form(e, set(ranges)) for e in load.index]
         for axis, f in enumerate(form):
             if f is None:
                 raise ScheduleError(f"{where}: index {axis} of %{buffer} is not affine in the"
@@ -449,7 +393,7 @@ def cache_read(kernel: Kernel, buffer: str, at_loop: str) -> Kernel:
     def reread(x: Expr) -> Expr | None:
         if not (isinstance(x, Load) and x.buffer == buffer):
             return None
-        forms = [_linear(e, inside) for e in x.index]
+        forms = [affine_form(e, inside) for e in x.index]
         return Load(cache.name, tuple(_affine_expr(forms[axis][0], forms[axis][1] - box[axis][1])
                                       for axis in kept), x.dtype)
 
@@ -490,20 +434,20 @@ def compute_at(kernel: Kernel, producer: str, consumer: str) -> Kernel:
     if any(isinstance(x, Load) for e in (p.start, p.stop) for x in walk_expr(e)):
         raise ScheduleError(f"{where}: their bounds read memory")
     local_names = {b.name for b in kernel.locals}
-    produced = _stored(p.body)
+    produced = stored_buffers(p.body)
     if not produced or not produced <= local_names:
         raise ScheduleError(f"{where}: the producer must write locals only (it writes"
                             f" {', '.join('%' + b for b in sorted(produced)) or 'nothing'})")
     inputs = {x.buffer for x in loads_in([p])}
     between = block[_position(block, p) + 1:_position(block, c)]
-    touched = _stored(between) | {x.buffer for x in loads_in(between)}
+    touched = stored_buffers(between) | {x.buffer for x in loads_in(between)}
     if touched & produced:
         raise ScheduleError(f"{where}: %{sorted(touched & produced)[0]} is used between them")
-    clobbered = (_stored(between) | _stored(c.body)) & inputs
+    clobbered = (stored_buffers(between) | stored_buffers(c.body)) & inputs
     if clobbered:
         raise ScheduleError(f"{where}: %{sorted(clobbered)[0]}, which the producer reads, is"
                             " written after it")
-    overwritten = _stored(c.body) & produced
+    overwritten = stored_buffers(c.body) & produced
     if overwritten:
         raise ScheduleError(f"{where}: the consumer writes %{sorted(overwritten)[0]}")
     own = (Var(producer), Var(consumer))
@@ -622,6 +566,6 @@ class Schedule:
         for number, step in enumerate(self.steps, 1):
             try:
                 kernel = step.apply(kernel)
-            except ScheduleError as e:
-                raise ScheduleError(f"step {number} ({step}): {e}") from e
+            except (ScheduleError, VerificationError) as e:
+                raise type(e)(f"step {number} ({step}): {e}") from e
         return kernel

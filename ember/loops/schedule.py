@@ -12,14 +12,7 @@ then it vectorizes inner loops whose bodies have vector code (`vectorize_inner_l
 Before both, nests that transpose (the store contiguous along one loop, a load along
 another) are tiled into square blocks (`block_transposes`).
 
-Independence is checked conservatively: every store inside the loop writes a kernel
-parameter at an index that has the loop's variable, alone, as one of its components, or
-as the flat position of merged dimensions ([i // C, i % C] is position i of the merged
-axis: `flatten_index`), so that two iterations never write the same element; a parameter
-that the loop both stores to and reads is accessed everywhere with the loop's variable
-alone on one same axis (each iteration has its own slice: softmax's output holds its
-exps until the row's sum is known); and every local the body uses is written before it
-is read in each iteration (locals are private per thread; the verifier's rule).
+Independence is `ember.loops.analysis.independent`.
 """
 
 from __future__ import annotations
@@ -28,6 +21,7 @@ from dataclasses import replace
 
 from ember.dtypes import DType
 from ember.errors import VerificationError
+from ember.loops.analysis import access_kind, independent, plan_vector
 from ember.loops.cost import trip_count, weighted
 from ember.loops.ir import (
     Const,
@@ -41,10 +35,10 @@ from ember.loops.ir import (
     Store,
     Var,
     loads_in,
-    stmt_exprs,
     walk_expr,
     walk_stmts,
 )
+from ember.loops.primitives import _rewrite, _split, _substitute, reorder, unroll, vectorize
 from ember.loops.simplify import simplify_kernel
 from ember.loops.verify import verify_kernel
 from ember.target import Target
@@ -63,50 +57,6 @@ def work(stmts: list[Stmt]) -> int:
     """About how many statement executions `stmts` cost (unknown trip counts count 1; a
     rough figure, for deciding whether a nest is worth a thread team)."""
     return weighted(stmts, lambda s: 1, budget=0)
-
-
-def _expressions(s: Stmt):
-    for e in stmt_exprs(s):
-        yield from walk_expr(e)
-
-
-def independent(loop: For, kernel: Kernel) -> str | None:
-    """None when `loop` (a loop of `kernel`) has independent iterations; else why not."""
-    from ember.codegen.vector import flatten_index  # (codegen imports the loop IR)
-
-    locals_ = {b.name for b in kernel.locals}
-    shapes = {b.name: b.shape for b in kernel.params}
-    own = Var(loop.var.name)
-    stores = [s for s in walk_stmts(loop.body) if isinstance(s, Store)
-              and s.buffer not in locals_]
-    stored, loaded = set(), set()
-    for s in stores:
-        stored.add(s.buffer)
-        if own in s.index:
-            continue
-        # A task loop over fused (n, c) writes out[n // C, n % C, ...]: the flat position
-        # n * C + c is the loop variable (depthwise convs and max pools with batches).
-        # Every store to the buffer must then have it on the same flat axis.
-        flat = [flatten_index(t.index, shapes[s.buffer]) for t in stores
-                if t.buffer == s.buffer]
-        if not any(all(len(i) > axis and i[axis] == own for i in flat)
-                   for axis in range(len(flat[0]))):
-            return f"a store to %{s.buffer} does not index by %{loop.var.name}"
-    for s in walk_stmts(loop.body):
-        for e in _expressions(s):
-            if isinstance(e, Load) and e.buffer not in locals_:
-                loaded.add(e.buffer)
-    # A buffer both read and written is still independent when every access to it has
-    # the loop variable alone on one same axis: each iteration has its own slice.
-    for name in sorted(stored & loaded):
-        accesses = [s.index for s in walk_stmts(loop.body)
-                    if isinstance(s, Store) and s.buffer == name]
-        accesses += [e.index for s in walk_stmts(loop.body) for e in _expressions(s)
-                     if isinstance(e, Load) and e.buffer == name]
-        if not any(all(len(i) > axis and i[axis] == own for i in accesses)
-                   for axis in range(len(accesses[0]))):
-            return f"%{name} is both read and written in the loop"
-    return None
 
 
 def parallelize(kernel: Kernel, loop: For) -> Kernel:
@@ -184,9 +134,6 @@ def block_transposes(kernel: Kernel, target: Target) -> Kernel:
     were evicted before the next column came back to them (BERT's key heads, [128, 12, 64]
     -> [12, 64, 128] by 0.125: 106 -> 22 us a call on one thread, PyTorch's 43; the
     transposing kernels of BERT-base 2.25 -> 1.20 ms, of GPT-2 2.00 -> 0.90)."""
-    from ember.codegen.vector import access_kind
-    from ember.loops.primitives import _split, reorder, unroll, vectorize
-
     side = transpose_block(target)
     shapes = {b.name: b.shape for b in (*kernel.params, *kernel.locals)}
     pairs = []
@@ -224,8 +171,6 @@ def vectorize_inner_loops(kernel: Kernel, target: Target) -> Kernel:
     that the output does not overlap the inputs: an output planned in place of its input
     (ember/runtime/memory_plan.py) fails it and runs serially. BERT's GELU in place took
     3 ms a layer that way instead of 0.3."""
-    from ember.codegen.vector import access_kind, plan_vector
-
     if any(isinstance(s, For) and s.kind == "vectorized" for s in walk_stmts(kernel.body)):
         return kernel
     locals_ = {b.name for b in kernel.locals}
@@ -268,15 +213,11 @@ def vectorize_inner_loops(kernel: Kernel, target: Target) -> Kernel:
         replacements[id(loop)] = nest
     if not replacements:
         return kernel
-    from ember.loops.primitives import _rewrite  # (primitives imports this module)
-
     return _rewrite(kernel, replacements)
 
 
 def _lanes(loop: For, lane: str, first: Expr, count: int) -> For:
     """`loop`'s iterations first .. first + count - 1 as a vectorized loop over `lane`."""
-    from ember.loops.primitives import _substitute
-
     return For(Var(lane), Const(0), Const(count),
                _substitute(loop.body, {loop.var.name: Var(lane) + first}), kind="vectorized")
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ember.dtypes import DType
+from ember.loops.analysis import affine_sum, affine_terms
 from ember.loops.ir import (
     INDEX,
     Binary,
@@ -91,30 +92,6 @@ def simplify_binary(op: str, a: Expr, b: Expr) -> Expr:
 # -- range-aware simplification of a kernel's indices ----------------------------------------
 
 Ranges = dict[str, tuple[int, int]]  # loop variable -> inclusive [lo, hi]
-
-
-def affine_terms(e: Expr) -> list[tuple[int, Expr]]:
-    """`e` as a sum of coefficient * term through add, sub and multiplication by a constant
-    (a constant is the term Const(1); anything else is a term of its own). The one affine
-    decomposition of index expressions: vector access kinds, schedule primitives and the
-    divisions below use it."""
-    if isinstance(e, Binary) and e.dtype.is_int and e.op in ("add", "sub"):
-        a, b = affine_terms(e.a), affine_terms(e.b)
-        return a + ([(-c, t) for c, t in b] if e.op == "sub" else b)
-    if isinstance(e, Binary) and e.dtype.is_int and e.op == "mul":
-        for factor, other in ((e.b, e.a), (e.a, e.b)):
-            c = _int_const(factor)
-            if c is not None:
-                return [(c * k, t) for k, t in affine_terms(other)]
-    c = _int_const(e)
-    return [(c, Const(1))] if c is not None else [(1, e)]
-
-
-def affine_sum(terms: list[tuple[int, Expr]]) -> Expr:
-    total: Expr = Const(0)
-    for c, t in terms:
-        total = binary("add", total, t if c == 1 else binary("mul", t, c))
-    return total
 
 
 def _divide(op: str, a: Expr, d: int, ranges: Ranges) -> Expr | None:

@@ -1,12 +1,14 @@
 """The loop-IR verifier: buffers and variables are defined where used, dtypes agree,
 index arities match buffer ranks, affine accesses stay in bounds where decidable (every
-index whose range follows from constant loop bounds is checked), and locals used in parallel
-loops are written before they are read (they are private to each thread)."""
+index whose range follows from constant loop bounds is checked), locals used in parallel
+loops are written before they are read (they are private to each thread), and every
+`vectorized` loop can run on lanes (ember/loops/analysis.py, `plan_vector`)."""
 
 from __future__ import annotations
 
 from ember.dtypes import DType
 from ember.errors import VerificationError
+from ember.loops.analysis import vector_plan_in
 from ember.loops.ir import (
     BINARY_OPS,
     BUFFER_KINDS,
@@ -44,7 +46,19 @@ GUARDED = "<guarded>"  # marks ranges inside an If, where bounds are not decidab
 def verify_kernel(kernel: Kernel) -> Kernel:
     _KernelVerifier(kernel).block(kernel.body, {})
     _PrivateLocals(kernel).check()
+    _check_vectorized(kernel)
     return kernel
+
+
+def _check_vectorized(kernel: Kernel) -> None:
+    """A `vectorized` loop must be one its body can run as on lanes (`plan_vector`): code
+    generation renders the plan and never falls back to a serial loop."""
+    for s in walk_stmts(kernel.body):
+        if isinstance(s, For) and s.kind == "vectorized":
+            plan = vector_plan_in(kernel, s)
+            if isinstance(plan, str):
+                raise VerificationError(f"kernel @{kernel.name}: vectorized loop"
+                                        f" %{s.var.name} cannot run on lanes: {plan}")
 
 
 def verify_program(program: Program) -> Program:

@@ -3,11 +3,11 @@
     exe = get_or_build(key, build, load, memory=MemoryCache(), disk=DiskCache())
 
 The key is the driver's (ember/driver/keys.py): a hash of what decides the machine code.
-A disk entry is a folder `<root>/<key[:2]>/<key>/` holding the object code (`code0.o`, `code1.o`, ...: one file per module), the constants (`constants.bin`,
-64-byte aligned) and `meta.json`: the program's interface, memory plan, constants index,
-and a checksum of every file and of itself. Entries are written into a temp folder and
-renamed into place, so a reader never sees half an entry; one that fails its checks is
-discarded and rebuilt.
+A disk entry is a folder `<root>/<key[:2]>/<key>/` holding the object code (`code0.o`,
+`code1.o`, ...: one file per module), the constants (`constants.bin`, 64-byte aligned) and
+`meta.json`: the program's interface, memory plan, constants index, and a checksum of
+every file and of itself. Entries are written into a temp folder and renamed into place,
+so a reader never sees half an entry; one that fails its checks is discarded and rebuilt.
 
 The root is `EMBER_CACHE_DIR`, else `$XDG_CACHE_HOME/ember`, else `~/.cache/ember`.
 """

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ember.loops.analysis import affine_map
 from ember.loops.ir import (
-    Binary,
     Buffer,
     Call,
     Const,
@@ -36,7 +36,6 @@ from ember.loops.ir import (
     ProgramStep,
     Stmt,
     Store,
-    Var,
     walk_expr,
 )
 
@@ -119,36 +118,11 @@ def live_intervals(program: Program) -> dict[str, tuple[int, int]]:
 
 # -- in-place legality ----------------------------------------------------------------------
 
-def _affine(e: Expr) -> dict[str | None, int] | None:
-    """`e` as {var: coefficient, None: constant}, or None when it is not affine."""
-    if isinstance(e, Const) and isinstance(e.value, int) and not isinstance(e.value, bool):
-        return {None: e.value}
-    if isinstance(e, Var):
-        return {e.name: 1}
-    if isinstance(e, Binary) and e.op in ("add", "sub", "mul"):
-        a, b = _affine(e.a), _affine(e.b)
-        if a is None or b is None:
-            return None
-        if e.op == "mul":
-            if set(a) <= {None}:
-                a, b = b, a
-            if not set(b) <= {None}:
-                return None
-            k = b.get(None, 0)
-            return {v: c * k for v, c in a.items() if c * k}
-        sign = 1 if e.op == "add" else -1
-        out = dict(a)
-        for v, c in b.items():
-            out[v] = out.get(v, 0) + sign * c
-        return {v: c for v, c in out.items() if c}
-    return None
-
-
 def _linear_offset(buf: Buffer, index: tuple[Expr, ...]) -> dict[str | None, int] | None:
     """The element offset of `buf[index]` in its row-major layout, as an affine map."""
     total: dict[str | None, int] = {}
     for i, stride in zip(index, buf.strides):
-        a = _affine(i)
+        a = affine_map(i)
         if a is None:
             return None
         for v, c in a.items():

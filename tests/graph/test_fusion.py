@@ -17,8 +17,8 @@ from ember.graph.passes import DEFAULT_PIPELINE
 from ember.loops.interp import run_program
 from ember.loops.lower import lower_graph
 from ember.loops.verify import verify_program
-from tests.graph.random_graphs import random_graphs
 from ember.target import Target
+from tests.graph.random_graphs import random_graphs
 
 HOST = Target.host()
 

@@ -13,9 +13,9 @@ import pytest
 
 import ember
 from ember import Builder, interpret
-from ember.codegen.vector import access_kind
 from ember.driver.pass_manager import run_passes
 from ember.graph.ops.linalg import unpack_conv_weights
+from ember.loops.analysis import access_kind
 from ember.loops.ir import For, Store, walk_stmts
 from ember.loops.lower import lower_graph
 from ember.target import Target

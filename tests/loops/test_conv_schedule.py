@@ -195,7 +195,7 @@ def test_panels_inside_a_row_load_row_segments() -> None:
     """At column stride 1, the packing has a branch for panels inside one output row: its
     reads of x are contiguous in the lane (one vector load per k), the other branch's
     gathers."""
-    from ember.codegen.vector import access_kind
+    from ember.loops.analysis import access_kind
 
     graph = conv_graph((1, 8, 20, 40), (16, 8, 3, 3), False, (1, 1), (1, 1, 1, 1), (1, 1))
     (kernel,) = lower_graph(graph, target=HOST).kernels
@@ -216,7 +216,7 @@ def test_pointwise_conv_panels_are_contiguous_loads() -> None:
     block's row plus the rows its lanes pass is one flat position): no gather. (Its 24
     channels are 3 row tiles, which read x in place:
     `test_short_pointwise_panels_are_read_in_place`.)"""
-    from ember.codegen.vector import access_kind
+    from ember.loops.analysis import access_kind
 
     graph = conv_graph((1, 144, 56, 56), (24, 144, 1, 1), False, (1, 1), (0, 0, 0, 0), (1, 1))
     # (As compiled: simplification moves the block's first row out of the quotient.)
@@ -256,7 +256,7 @@ def test_unpadded_panels_are_masked_row_segments(width: int, stride: int) -> Non
     each a load masked to its lanes (contiguous at column stride 1, strided at 2 or 3), in
     a vectorized loop, so no gather and no read outside x (rows narrower than a panel take
     several segments)."""
-    from ember.codegen.vector import access_kind, plan_vector
+    from ember.loops.analysis import access_kind, plan_vector
 
     graph = conv_graph((1, 4, width + 2, width + 2), (16, 4, 3, 3), False, (stride, stride),
                        (0, 0, 0, 0), (1, 1))
@@ -284,7 +284,7 @@ def test_depthwise_strided_plane_copies_are_strided_loads(stride: int) -> None:
     loads of x are strided (every s-th column: no gather); past MAX_LOAD_STRIDE it is one
     serial loop dealing every phase from consecutive input columns (for LLVM's
     vectorizer). Both compute the conv."""
-    from ember.codegen.vector import MAX_LOAD_STRIDE, access_kind
+    from ember.loops.analysis import MAX_LOAD_STRIDE, access_kind
 
     b = Builder("dw")
     b.output(b.conv(b.input("x", "f32", (1, 4, 40, 40)), b.input("w", "f32", (4, 1, 3, 3)),

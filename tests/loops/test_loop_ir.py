@@ -62,6 +62,24 @@ def test_verifier_errors(text: str, message: str) -> None:
         verify_kernel(parse_kernel(text))
 
 
+def test_vectorized_loops_must_run_on_lanes() -> None:
+    """A `vectorized` loop is a promise code generation keeps: the verifier rejects one
+    whose body the lanes cannot run, with the reason; a reduction across the lanes is fine."""
+    lanes = ROW_SUM.replace("for %j = 7 to -1 step -1 {", "for %j = 0 to 8 vectorized {")
+    verify_kernel(parse_kernel(lanes))
+    floor = lanes.replace("add(%acc[], %x[%i, %j])", "add(%acc[], floor(%x[%i, %j]))")
+    with pytest.raises(VerificationError, match="kernel @row_sum: vectorized loop %j cannot run"
+                                                " on lanes: floor on f32 has no vector code"):
+        verify_kernel(parse_kernel(floor))
+    outer = ROW_SUM.replace("for %i = 0 to 4 parallel {", "for %i = 0 to 4 vectorized {")
+    with pytest.raises(VerificationError, match="loop %i cannot run on lanes: its body has a"
+                                                " loop"):
+        verify_kernel(parse_kernel(outer))
+    backwards = ROW_SUM.replace("step -1 {", "step -1 vectorized {")
+    with pytest.raises(VerificationError, match="its trip count has no constant bound"):
+        verify_kernel(parse_kernel(backwards))
+
+
 def test_guarded_accesses_are_not_range_checked() -> None:
     text = ROW_SUM.replace("%acc[] = add(%acc[], %x[%i, %j])",
                            "if lt(%j, 7) {\n        %acc[] = add(%acc[], %x[%i, add(%j, 1)])\n"

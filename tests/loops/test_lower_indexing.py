@@ -9,8 +9,8 @@ import pytest
 from ember import Builder, DType
 from ember.loops.interp import run_program
 from ember.loops.lower import lower_graph
-from tests.loops.lowering_check import check_lowering
 from ember.target import Target
+from tests.loops.lowering_check import check_lowering
 
 HOST = Target.host()
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from ember import Builder, DType
-from tests.loops.lowering_check import check_lowering
 from ember.target import Target
+from tests.loops.lowering_check import check_lowering
 
 HOST = Target.host()
 

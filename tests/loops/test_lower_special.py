@@ -14,8 +14,8 @@ from ember.loops.ir import Store, Unary, walk_expr
 from ember.loops.lower import find_lowering, lower_graph
 from ember.loops.text import parse_kernel, print_program
 from ember.loops.verify import verify_kernel
-from tests.loops.lowering_check import check_lowering
 from ember.target import Target
+from tests.loops.lowering_check import check_lowering
 
 HOST = Target.host()
 

@@ -10,8 +10,8 @@ import pytest
 
 from ember.codegen import cpu
 from ember.codegen.llvm import kernel_module
-from ember.codegen.vector import plan_vector
-from ember.errors import EmberError, ParseError
+from ember.errors import EmberError, ParseError, VerificationError
+from ember.loops.analysis import plan_vector
 from ember.loops.interp import LoopInterpreter
 from ember.loops.ir import For, Kernel, Program
 from ember.loops.primitives import (
@@ -292,6 +292,16 @@ def test_vectorize_refusals() -> None:
     # The split's tail, min(8, e), is a constant bound: the backend masks the last lanes.
     text = print_kernel(vectorize(split(ragged, "i", 8), "i.i"))
     assert "for %i.i = 0 to min(8, sub(sub(%n[], 3), mul(%i.o, 8))) vectorized {" in text
+
+
+def test_vectorize_refuses_a_body_the_lanes_cannot_run() -> None:
+    """Legality is the loop analysis's (`plan_vector`): the refusal names the kernel, the
+    loop and the reason, at schedule time rather than as a serial loop in code generation."""
+    with pytest.raises(VerificationError, match="kernel @total: cannot vectorize %j: a store to"
+                                                " %y is neither contiguous"):
+        vectorize(parse_kernel(TOTAL), "j")
+    with pytest.raises(VerificationError, match=r"step 1 \(vectorize j\): kernel @total"):
+        Schedule.parse("vectorize j\n").apply(parse_kernel(TOTAL))
 
 
 def test_parallel_refuses_carried_dependences() -> None:

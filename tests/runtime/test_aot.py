@@ -5,7 +5,6 @@ run under qemu-aarch64 and give the host's outputs."""
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import shutil
 import subprocess
@@ -15,7 +14,6 @@ import numpy as np
 import pytest
 
 import ember
-from ember.codegen import CodegenError
 from ember.target import Target, TargetError
 
 SLOW = pytest.mark.slow

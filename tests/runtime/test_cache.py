@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from ember import Builder, Config, DType
-from ember.runtime import cache as cache_mod
 from ember.driver.keys import cache_key
+from ember.runtime import cache as cache_mod
 from ember.runtime.cache import (
     CacheStats,
     DiskCache,

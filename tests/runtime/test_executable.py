@@ -8,8 +8,8 @@ import pytest
 from ember.dtypes import DType
 from ember.errors import EmberError, ShapeError
 from ember.runtime.executable import Executable, Interface, as_array
-from tests.runtime import handmade
 from ember.target import Target
+from tests.runtime import handmade
 
 HOST = Target.host()
 

@@ -26,7 +26,7 @@ from ember.loops.ir import (
     Store,
     Var,
 )
-from ember.loops.lower.core import LowerContext, find_lowering
+from ember.loops.lower.core import LowerContext, find_lowering, serial_unless_vectorizable
 from ember.loops.lower.fused import lower_fused
 from ember.loops.tune.context import Tuning
 from ember.loops.tune.knobs import KnobValues, tuned_kernel
@@ -116,7 +116,8 @@ class _Lowerer:
             def lower(values: KnobValues) -> Kernel:
                 ctx = LowerContext(op, self.target, values, self.tuning)
                 body, inputs, results, locals_ = lower_fused(op, self.graph, ctx)
-                return Kernel("k", [*inputs, *results], body, locals_)
+                return serial_unless_vectorizable(Kernel("k", [*inputs, *results], body,
+                                                         locals_))
         else:
             fn = find_lowering(op.name)
             if fn is None:
@@ -127,7 +128,8 @@ class _Lowerer:
             def lower(values: KnobValues) -> Kernel:
                 ctx = LowerContext(op, self.target, values, self.tuning)
                 body = fn(ctx)
-                return Kernel("k", [*ctx.inputs, *ctx.outputs], body, ctx.locals)
+                return serial_unless_vectorizable(Kernel("k", [*ctx.inputs, *ctx.outputs],
+                                                         body, ctx.locals))
         lowered = tuned_kernel(lower, len(op.results), self.tuning)
         kernel = Kernel(f"k{len(self.kernels)}_{name}", lowered.params, lowered.body,
                         lowered.locals, origin)

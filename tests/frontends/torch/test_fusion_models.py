@@ -14,8 +14,8 @@ import ember
 from ember.driver.pass_manager import PassManager
 from ember.graph.passes import DEFAULT_PIPELINE
 from ember.loops.lower import lower_graph
-from tests.frontends.torch.test_models import MODELS
 from ember.target import Target
+from tests.frontends.torch.test_models import MODELS
 
 HOST = Target.host()
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from ember.codegen.vector import MAX_LOAD_STRIDE
 from ember.dtypes import DType
 from ember.errors import UnsupportedOpError
 from ember.graph.ops.linalg import window_params
+from ember.loops.analysis import MAX_LOAD_STRIDE
 from ember.loops.ir import (
     Binary,
     Cast,
