@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from ember.config import Config
-from ember.driver.pass_manager import PassManager, write_atomically, write_reproducer
+from ember.driver.pass_manager import PassManager, write_reproducer
 from ember.errors import CompileError, EmberError, UnsupportedOpError
 from ember.graph.ir import Graph, clone_graph
 from ember.graph.passes import DEFAULT_PIPELINE
@@ -30,6 +30,7 @@ from ember.runtime.cache import (
     get_or_build,
 )
 from ember.runtime.executable import Artifact, Executable, build_artifact, load_artifact
+from ember.util.files import write_atomically
 
 _MEMORY = MemoryCache()
 stats = CacheStats()  # hits and builds of this process, for tests and explain

@@ -17,7 +17,6 @@ The root is `EMBER_CACHE_DIR`, else `$XDG_CACHE_HOME/ember`, else `~/.cache/embe
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import json
@@ -36,6 +35,7 @@ import numpy as np
 from ember.dtypes import DType, from_numpy
 from ember.runtime.executable import Artifact, Interface, _aligned_empty
 from ember.runtime.memory_plan import MemoryPlan, align
+from ember.util.keys import code_version, jsonable
 
 log = logging.getLogger("ember.cache")
 
@@ -92,18 +92,6 @@ def graph_fingerprint(graph: Any) -> str:
     return h.hexdigest()
 
 
-def _jsonable(x: Any) -> Any:
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return {f.name: _jsonable(getattr(x, f.name)) for f in dataclasses.fields(x)}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if x is None or isinstance(x, (bool, int, float, str)):
-        return x
-    return str(x)
-
-
 def cache_key(graph: Any, signature: Any, config: Any, target: Target | None = None,
               version: str | None = None) -> str:
     """The content hash that names a compiled graph in both caches."""
@@ -111,22 +99,9 @@ def cache_key(graph: Any, signature: Any, config: Any, target: Target | None = N
         version = code_version()
     target = target or Target.host()
     parts = {"format": FORMAT, "graph": graph_fingerprint(graph),
-             "signature": _jsonable(signature), "config": _jsonable(config),
-             "target": _jsonable(target), "version": version}
+             "signature": jsonable(signature), "config": jsonable(config),
+             "target": jsonable(target), "version": version}
     return _sha(json.dumps(parts, sort_keys=True).encode())
-
-
-@functools.cache
-def code_version() -> str:
-    """Ember's version and a hash of its source: a changed compiler never reuses old code."""
-    import ember
-
-    digest = hashlib.sha256(ember.__version__.encode())
-    root = Path(ember.__file__).parent
-    for path in sorted(root.rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 def _sha(data: Any) -> str:

@@ -16,12 +16,12 @@ from __future__ import annotations
 import ctypes
 import functools
 import json
-import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
+
+from ember.util.files import write_atomically
 
 
 @dataclass(frozen=True)
@@ -132,11 +132,7 @@ def _measured(key_text: str) -> MachineLimits:
         pass
     limits = MachineLimits(key["cpu"], key["threads"], round(_fma_peak(), 1),
                            round(_copy_bandwidth(), 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".machine.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps({"key": key, "limits": asdict(limits)}, indent=1))
-    os.replace(tmp, path)  # atomic: readers see the old file or the new one
+    write_atomically(path, json.dumps({"key": key, "limits": asdict(limits)}, indent=1))
     return limits
 
 

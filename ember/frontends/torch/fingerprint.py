@@ -35,8 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from ember.driver.pass_manager import write_atomically
-from ember.runtime.cache import Target, _jsonable, cache_dir, code_version
+from ember.runtime.cache import Target, cache_dir
+from ember.util.files import write_atomically
+from ember.util.keys import code_version, jsonable
 
 _SIMPLE = (bool, int, float, str, type(None))
 
@@ -47,8 +48,8 @@ def module_fingerprint(module: Any, signature: tuple, config: Any) -> str | None
     import torch
 
     h = hashlib.sha256(json.dumps({
-        "ember": code_version(), "torch": torch.__version__, "config": _jsonable(config),
-        "target": _jsonable(Target.host()), "signature": _jsonable(signature)},
+        "ember": code_version(), "torch": torch.__version__, "config": jsonable(config),
+        "target": jsonable(Target.host()), "signature": jsonable(signature)},
         sort_keys=True).encode())
     for path, sub in module.named_modules():
         if sub._forward_hooks or sub._forward_pre_hooks or \
