@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-full bench lint clean cross-tools
+.PHONY: demo test test-full bench lint lint-imports clean cross-tools
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -43,8 +43,12 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_models.py --threads 1
 	$(BIN)/python bench/bench_models.py --threads 2
 
-lint: $(STAMP)
+lint: $(STAMP) lint-imports
 	$(BIN)/ruff check ember tests bench
+
+# The layering contracts of pyproject.toml ([tool.importlinter]; docs/architecture.md).
+lint-imports: $(STAMP)
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) build *.egg-info

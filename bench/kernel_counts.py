@@ -20,7 +20,6 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-import ember  # noqa: E402
 from bench.bench_models import make_model, record  # noqa: E402
 from ember.driver.pass_manager import PassManager  # noqa: E402
 from ember.frontends.torch.export import capture_program, import_program  # noqa: E402
@@ -36,7 +35,7 @@ def counts(name: str) -> dict:
     model, inputs = make_model(name)
     with torch.no_grad():
         program, _ = capture_program(model, inputs, {})
-    graph = import_program(program, config=ember.Config(executor="interp")).graph
+    graph = import_program(program)
     plain = PassManager(DEFAULT_PIPELINE).run(graph)
     ops = sum(1 for op in plain.ops if op.name != "constant")
     unfused = len(lower_graph(plain, target=HOST).kernels)

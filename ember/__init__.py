@@ -9,8 +9,8 @@ verified, run by the reference interpreter (`interpret`) and optimized by the pa
 """
 
 from ember import _openmp_env  # noqa: F401  (first: before anything loads libgomp)
+from ember.api.compile import compile
 from ember.config import Config
-from ember.driver.compile import compile
 from ember.dtypes import DType
 from ember.errors import (
     BadAttributeError,

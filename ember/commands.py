@@ -86,8 +86,8 @@ def make_inputs(graph, given: dict[str, np.ndarray], seed: int = 0) -> list[np.n
 
 
 def _compiled(graph, config=None):
+    from ember.api.compile import compile as ember_compile
     from ember.config import Config
-    from ember.driver.compile import compile as ember_compile
 
     return ember_compile(graph, config=config or Config(executor="cpu"))
 

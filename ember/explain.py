@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ember.errors import EmberError
+from ember.runtime.executable import scratch_arrays
 
 
 @dataclass(frozen=True)
@@ -152,22 +153,6 @@ def explain(compiled: Any, measure: bool = True, budget_seconds: float = 0.2) ->
     timed.sort(key=lambda k: -k.seconds)
     return Report(timed, report.timings, limits, _time_whole(executable, budget_seconds),
                   "in sequence" if in_sequence is not None else "alone")
-
-
-def scratch_arrays(params: list) -> list[np.ndarray]:
-    """Buffers for a kernel's parameters: small random values (indices stay in range: the
-    generated code clamps data-dependent indices anyway)."""
-    from ember.dtypes import DType
-
-    rng = np.random.default_rng(0)
-    arrays = []
-    for dtype, shape in params:
-        t = DType(dtype)
-        if t.is_float:
-            arrays.append(rng.uniform(0.5, 1.5, shape).astype(t.np))
-        else:
-            arrays.append(np.zeros(shape, t.np))
-    return arrays
 
 
 def _scratch_io(executable: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:

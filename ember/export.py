@@ -26,17 +26,17 @@ from ember.target import Target
 
 def _graph_of(model: Any, example_inputs: Any) -> tuple[Graph, list[str] | None]:
     """The graph of `model` specialized to the example inputs, and its input names."""
-    from ember.driver.compile import _is_onnx, _is_torch_module
+    from ember.api.compile import is_onnx, is_torch_module
 
     if isinstance(model, Graph):
         return model, [v.name or f"input{i}" for i, v in enumerate(model.inputs)]
     inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
-    if _is_torch_module(model):
+    if is_torch_module(model):
         from ember.frontends.torch.export import export as torch_export
 
         graph = torch_export(model, tuple(inputs))  # in the mode the caller set (eval)
         return graph, [v.name or f"input{i}" for i, v in enumerate(graph.inputs)]
-    if _is_onnx(model):
+    if is_onnx(model):
         from ember.frontends.onnx.importer import Importer, load_model
 
         proto = load_model(model)

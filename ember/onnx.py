@@ -5,7 +5,7 @@
     outputs = backend.prepare("model.onnx").run([x])
 """
 
-from ember.frontends.onnx import backend as _backend_module
+from ember.api import onnx_backend as _backend_module
 from ember.frontends.onnx.context import supported_op_types
 from ember.frontends.onnx.importer import import_model, load_model
 

@@ -4,7 +4,7 @@
     fast = torch.compile(module, backend="ember")            # the torch.compile backend
 """
 
-from ember.frontends.torch.dynamo import counters, ember_backend
+from ember.api.torch_dynamo import counters, ember_backend
 from ember.frontends.torch.export import export
 
 __all__ = ["counters", "ember_backend", "export"]

@@ -23,7 +23,7 @@ from onnx.backend.test.runner import Runner as BackendTest
 
 from ember.conformance.onnx_scope import exclusion_reason
 from ember.errors import EmberError, UnsupportedOpError
-from ember.frontends.onnx import backend
+from ember.onnx import backend
 
 
 @dataclass

@@ -92,10 +92,9 @@ class CpuBackend(Backend):
     def measure(self, kernel_text: str, outputs: int, repeat: int = 5) -> float:
         """The fastest of at least `repeat` calls after a first, for about
         MEASURE_SECONDS."""
-        from ember.explain import scratch_arrays
         from ember.loops.text import parse_kernel
         from ember.loops.verify import verify_kernel
-        from ember.runtime.executable import compile_program
+        from ember.runtime.executable import compile_program, scratch_arrays
 
         kernel = verify_kernel(parse_kernel(kernel_text))
         inputs = len(kernel.params) - outputs
@@ -116,7 +115,7 @@ class CpuBackend(Backend):
     def dump(self, program: Program, plan: MemoryPlan, folder: Path) -> None:
         from ember.codegen.cpu import assembly_text, llvm_ir_text
         from ember.codegen.llvm import program_module
-        from ember.driver.pass_manager import write_atomically
+        from ember.util.files import write_atomically
 
         module = program_module(program, plan.offsets)
         write_atomically(folder / "llvm.ll", llvm_ir_text(module, self.target))

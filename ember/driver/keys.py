@@ -12,7 +12,8 @@ import numpy as np
 
 from ember.graph.ir import Graph
 from ember.graph.text import print_graph
-from ember.runtime.cache import FORMAT, _jsonable, code_version
+from ember.runtime.cache import FORMAT
+from ember.util.keys import code_version, jsonable
 
 
 def _array_bytes(h: Any, name: str, data: np.ndarray) -> None:
@@ -34,6 +35,6 @@ def cache_key(graph: Graph, signature: Any, config: Any, version: str | None = N
     """The content hash that names a compiled graph in both caches; `config` carries its
     resolved target (`Config.resolved`)."""
     parts = {"format": FORMAT, "graph": graph_fingerprint(graph),
-             "signature": _jsonable(signature), "config": _jsonable(config),
+             "signature": jsonable(signature), "config": jsonable(config),
              "version": version or code_version()}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()

@@ -24,24 +24,11 @@ from ember.graph.passes import GraphPass, get_pass
 from ember.graph.text import print_graph
 from ember.graph.text.printer import format_constant_table
 from ember.graph.verify import verify_graph
+from ember.util.files import write_atomically
 
 
 def _env_flag(name: str) -> bool:
     return os.environ.get(name, "") not in ("", "0", "false", "no")
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write `text` to `path` so that readers never see a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 @dataclass

@@ -28,7 +28,7 @@ from typing import Any
 from ember.config import Config
 from ember.driver.backend import Backend, backend_for
 from ember.driver.keys import cache_key
-from ember.driver.pass_manager import PassManager, write_atomically, write_reproducer
+from ember.driver.pass_manager import PassManager, write_reproducer
 from ember.errors import CompileError, EmberError, UnsupportedOpError
 from ember.graph.ir import Graph, clone_graph
 from ember.graph.passes import DEFAULT_PIPELINE, GraphPass
@@ -42,6 +42,7 @@ from ember.runtime.cache import (
 )
 from ember.runtime.executable import Artifact, Executable
 from ember.target import Target
+from ember.util.files import write_atomically
 
 _MEMORY = MemoryCache()
 stats = CacheStats()  # hits and builds of this process, for tests and explain

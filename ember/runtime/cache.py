@@ -14,8 +14,6 @@ The root is `EMBER_CACHE_DIR`, else `$XDG_CACHE_HOME/ember`, else `~/.cache/embe
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import hashlib
 import json
 import logging
@@ -53,32 +51,6 @@ def cache_dir() -> Path:
     base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
     return base / "ember"
 
-
-# -- keys -----------------------------------------------------------------------------------
-
-def _jsonable(x: Any) -> Any:
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return {f.name: _jsonable(getattr(x, f.name)) for f in dataclasses.fields(x)}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if x is None or isinstance(x, (bool, int, float, str)):
-        return x
-    return str(x)
-
-
-@functools.cache
-def code_version() -> str:
-    """Ember's version and a hash of its source: a changed compiler never reuses old code."""
-    import ember
-
-    digest = hashlib.sha256(ember.__version__.encode())
-    root = Path(ember.__file__).parent
-    for path in sorted(root.rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 def _sha(data: Any) -> str:

@@ -320,3 +320,17 @@ def compile_program(program: Program, target: Target, plan: MemoryPlan | None = 
                     ) -> Executable:
     """`program` as a callable (the cold path of the cache, without the cache)."""
     return load_artifact(build_artifact(program, target, plan), target)
+
+
+def scratch_arrays(params: list) -> list[np.ndarray]:
+    """Buffers for a kernel's parameters: small random values (indices stay in range: the
+    generated code clamps data-dependent indices anyway)."""
+    rng = np.random.default_rng(0)
+    arrays = []
+    for dtype, shape in params:
+        t = DType(dtype)
+        if t.is_float:
+            arrays.append(rng.uniform(0.5, 1.5, shape).astype(t.np))
+        else:
+            arrays.append(np.zeros(shape, t.np))
+    return arrays

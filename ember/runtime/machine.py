@@ -16,8 +16,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import json
-import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 
@@ -25,6 +23,7 @@ import numpy as np
 
 from ember.dtypes import DType
 from ember.target import Target
+from ember.util.files import write_atomically
 
 
 @dataclass(frozen=True)
@@ -87,18 +86,30 @@ def _fma_peak(target: Target) -> float:
     return 2 * 12 * lanes * iterations / best / 1e9
 
 
+# A copy of `n` f32s in one parallel loop, written as loop IR: what lowering and the
+# default schedule make of a graph that returns its input, without running either.
+_COPY_PROGRAM = """
+kernel @copy(%src: f32[{n}], %dst: f32[{n}]) {{
+  for %i = 0 to {n} parallel {{
+    %dst[%i] = %src[%i]
+  }}
+}}
+
+program @copy {{
+  input %x: f32[{n}]
+  output %y: f32[{n}]
+  call @copy(%x, %y)
+}}
+"""
+
+
 def _copy_bandwidth(target: Target) -> float:
     """GB/s (read + write) of a compiled, parallel copy of 64 MiB."""
-    from ember.graph.builder import Builder
-    from ember.loops.lower import lower_graph
-    from ember.loops.schedule import schedule_program
+    from ember.loops.text import parse_program
     from ember.runtime.executable import compile_program
 
     n = 1 << 24
-    b = Builder("copy")
-    x = b.input("x", "f32", (n,))
-    b.output(x)  # an input returned as an output: the program copies it
-    program = schedule_program(lower_graph(b.build(), target), target)
+    program = parse_program(_COPY_PROGRAM.format(n=n), "machine.copy")
     run = compile_program(program, target)
     src, dst = np.ones(n, np.float32), np.empty(n, np.float32)
     run(src, out=[dst])
@@ -130,11 +141,7 @@ def _measured(key_text: str, target: Target) -> MachineLimits:
         pass
     limits = MachineLimits(key["cpu"], key["threads"], round(_fma_peak(target), 1),
                            round(_copy_bandwidth(target), 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".machine.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps({"key": key, "limits": asdict(limits)}, indent=1))
-    os.replace(tmp, path)  # atomic: readers see the old file or the new one
+    write_atomically(path, json.dumps({"key": key, "limits": asdict(limits)}, indent=1))
     return limits
 
 

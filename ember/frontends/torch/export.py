@@ -8,10 +8,8 @@ from typing import Any
 import torch
 from torch.export.graph_signature import InputKind, OutputKind
 
-from ember.config import Config
 from ember.errors import EmberError, UnsupportedOpError
 from ember.frontends.torch.fx_importer import import_fx
-from ember.frontends.torch.runtime import GraphRunner
 from ember.graph.ir import Graph, sanitize_name
 
 
@@ -49,10 +47,9 @@ def program_constants(program: torch.export.ExportedProgram) -> dict[str, torch.
     return constants
 
 
-def import_program(program: torch.export.ExportedProgram, name: str = "main",
-                   config: Config | None = None) -> GraphRunner:
-    graph = import_fx(program.graph_module, program_constants(program), name)
-    return GraphRunner(graph, config=config)
+def import_program(program: torch.export.ExportedProgram, name: str = "main") -> Graph:
+    """The graph IR of an exported (and decomposed) program."""
+    return import_fx(program.graph_module, program_constants(program), name)
 
 
 def export(module: torch.nn.Module, example_args: Sequence[Any],
@@ -64,5 +61,4 @@ def export(module: torch.nn.Module, example_args: Sequence[Any],
     Python source line.
     """
     program, _ = capture_program(module, example_args, example_kwargs)
-    return import_fx(program.graph_module, program_constants(program),
-                     sanitize_name(type(module).__name__) or "main")
+    return import_program(program, sanitize_name(type(module).__name__) or "main")

@@ -35,8 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from ember.driver.pass_manager import write_atomically
-from ember.runtime.cache import _jsonable, cache_dir, code_version
+from ember.runtime.cache import cache_dir
+from ember.util.files import write_atomically
+from ember.util.keys import code_version, jsonable
 
 _SIMPLE = (bool, int, float, str, type(None))
 
@@ -48,8 +49,8 @@ def module_fingerprint(module: Any, signature: tuple, config: Any) -> str | None
 
     h = hashlib.sha256(json.dumps({
         "ember": code_version(), "torch": torch.__version__,
-        "config": _jsonable(config),  # (resolved by ember.compile: its target included)
-        "signature": _jsonable(signature)},
+        "config": jsonable(config),  # (resolved by ember.compile: its target included)
+        "signature": jsonable(signature)},
         sort_keys=True).encode())
     for path, sub in module.named_modules():
         if sub._forward_hooks or sub._forward_pre_hooks or \

@@ -6,11 +6,11 @@ renamed)."""
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
+
+from ember.util.files import write_atomically
 
 
 class TuningDatabase:
@@ -31,8 +31,4 @@ class TuningDatabase:
     def put(self, key: str, record: dict[str, Any]) -> None:
         with self.lock:
             self.entries[key] = record
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tuning.", suffix=".tmp")
-            with os.fdopen(fd, "w") as f:
-                json.dump(self.entries, f, indent=1, sort_keys=True)
-            os.replace(tmp, self.path)
+            write_atomically(self.path, json.dumps(self.entries, indent=1, sort_keys=True))

@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from ember.api.torch_runner import GraphRunner
 from ember.frontends.torch.fx_importer import import_fx
-from ember.frontends.torch.runtime import GraphRunner
 
 aten = torch.ops.aten
 

@@ -17,9 +17,9 @@ from torch._decomp import core_aten_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import ember
+from ember.api.torch_runner import GraphRunner
 from ember.errors import UnsupportedOpError
 from ember.frontends.torch.fx_importer import import_fx
-from ember.frontends.torch.runtime import GraphRunner
 
 aten = torch.ops.aten
 

@@ -21,9 +21,9 @@ import torch
 
 import ember
 import ember.torch
+from ember.api import torch_dynamo as dynamo
 from ember.config import Config
 from ember.errors import EmberError, ShapeError, UnsupportedOpError
-from ember.frontends.torch import dynamo
 
 
 def close(actual, expected):

@@ -10,7 +10,6 @@ from collections import Counter
 
 import pytest
 
-import ember
 from ember.driver.pass_manager import PassManager
 from ember.graph.passes import DEFAULT_PIPELINE
 from ember.loops.lower import lower_graph
@@ -28,7 +27,7 @@ def fused_graph(name: str):
     torch.manual_seed(0)
     model, inputs = MODELS[name]()
     program, _ = capture_program(model.eval(), (), inputs)
-    graph = import_program(program, config=ember.Config(executor="interp")).graph
+    graph = import_program(program)
     return PassManager([*DEFAULT_PIPELINE, "fuse", "dce"]).run(graph)
 
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import ember
-from ember.driver import compile as compile_module
+from ember.api import torch_module
 from ember.frontends.torch import export as export_module
 from ember.frontends.torch.fingerprint import _entry_path, module_fingerprint
 
@@ -112,7 +112,7 @@ def test_no_disk_cache_no_fingerprint(traces) -> None:
         with torch.no_grad():
             ember.compile(model, (x,), config=config)(x)
     assert traces[0] == 2
-    assert compile_module.CompiledModule(model, config, False)._fingerprint((x,), {}) is None
+    assert torch_module.CompiledModule(model, config, False)._fingerprint((x,), {}) is None
 
 
 def test_a_new_process_starts_warm(cache) -> None:

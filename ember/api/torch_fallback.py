@@ -14,10 +14,11 @@ import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
+from ember.api.torch_runner import GraphRunner
 from ember.config import Config
 from ember.frontends.torch.context import find_converter
+from ember.frontends.torch.export import program_constants
 from ember.frontends.torch.fx_importer import import_fx, unsupported_nodes
-from ember.frontends.torch.runtime import GraphRunner
 
 
 class _EmberSupport(OperatorSupport):
@@ -57,8 +58,6 @@ class FallbackRunner:
     """An exported program run partly by Ember, partly in eager mode."""
 
     def __init__(self, program: torch.export.ExportedProgram, config: Config | None = None):
-        from ember.frontends.torch.export import program_constants
-
         self.module, self.eager_ops = partition(program.graph_module, config)
         constants = program_constants(program)
         placeholders = [n.name for n in program.graph_module.graph.nodes

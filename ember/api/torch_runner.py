@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from ember.config import Config
+from ember.driver.compile import executor_for
 from ember.dtypes import DType
 from ember.errors import ShapeError
 from ember.frontends.torch.context import to_dtype, to_torch_dtype
@@ -53,8 +54,6 @@ class GraphRunner:
                  config: Config | None = None, executable: Any = None):
         """Runs `graph` (compiled by `config`), or an already compiled `executable` (the
         warm path, which has no graph)."""
-        from ember.driver.compile import executor_for
-
         self.graph = graph
         self.single_output = single_output
         self.run = executable if executable is not None else \

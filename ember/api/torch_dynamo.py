@@ -20,11 +20,11 @@ import torch
 from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 
+from ember.api.torch_fallback import partition
+from ember.api.torch_runner import GraphRunner
 from ember.config import Config
 from ember.errors import UnsupportedOpError
-from ember.frontends.torch.fallback import partition
 from ember.frontends.torch.fx_importer import describe_unsupported, import_fx, unsupported_nodes
-from ember.frontends.torch.runtime import GraphRunner
 
 # graphs: graphs compiled; fallback_graphs: those with eager parts; fallback_ops: op counts
 counters: Counter = Counter()

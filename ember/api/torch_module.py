@@ -1,0 +1,146 @@
+"""`ember.compile(module)`: an nn.Module compiled per input signature.
+
+A compiled module specializes on the shapes and dtypes of its inputs and recompiles on a
+new signature, keeping the most recent `Config.max_specializations`. A module compiled
+before loads its code from the disk cache by its fingerprint, without being traced. Ops
+Ember does not support run in eager PyTorch (with a warning) unless `strict=True`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import OrderedDict
+from typing import Any
+
+import torch
+
+from ember.api.torch_fallback import FallbackRunner
+from ember.api.torch_runner import GraphRunner
+from ember.config import Config
+from ember.driver.pipeline import load_cached
+from ember.errors import UnsupportedOpError
+from ember.frontends.torch import export  # by module: tests count its capture_program calls
+from ember.frontends.torch.fingerprint import load_entry, module_fingerprint, store_entry
+
+
+class CompiledModule:
+    """An nn.Module compiled per input signature; called like the module."""
+
+    def __init__(self, module: Any, config: Config, strict: bool):
+        self.module = module
+        self.config = config
+        self.strict = strict
+        self.cache: OrderedDict[tuple, Any] = OrderedDict()
+        self.compilations = 0
+        # The runner of the latest call that passed tensors only, positionally: the next
+        # such call tries it first, and its own checks of the tensors stand in for the
+        # signature (which costs microseconds to build).
+        self._latest_plain: _ModuleRunner | None = None
+
+    @staticmethod
+    def signature(args: tuple, kwargs: dict) -> tuple:
+        if _plain_tensors(args, kwargs):  # the common call
+            return ("tensors",) + tuple((str(a.dtype), tuple(a.shape)) for a in args)
+        leaves, spec = torch.utils._pytree.tree_flatten((args, kwargs))
+        return (str(spec),) + tuple(
+            (str(x.dtype), tuple(x.shape)) if isinstance(x, torch.Tensor) else ("value", repr(x))
+            for x in leaves)
+
+    def specialize(self, args: tuple, kwargs: dict) -> Any:
+        key = self.signature(args, kwargs)
+        if key in self.cache:
+            self.cache.move_to_end(key)
+            return self.cache[key]
+        runner = self._build(args, kwargs)
+        self.compilations += 1
+        self.cache[key] = runner
+        while len(self.cache) > self.config.max_specializations:
+            _, evicted = self.cache.popitem(last=False)
+            if evicted is self._latest_plain:
+                self._latest_plain = None
+        return runner
+
+    def _build(self, args: tuple, kwargs: dict) -> Any:
+        fingerprint = self._fingerprint(args, kwargs)
+        if fingerprint is not None and (warm := self._warm(fingerprint)) is not None:
+            return warm
+        program, spec = export.capture_program(self.module, args, kwargs)
+        try:
+            runner = GraphRunner(export.import_program(program), config=self.config)
+        except UnsupportedOpError:
+            if self.strict:
+                raise
+        else:
+            key = getattr(runner.run, "cache_key", None)
+            if fingerprint is not None and key is not None:
+                store_entry(fingerprint, key, spec)
+            return _ModuleRunner(runner, spec)
+        runner = FallbackRunner(program, self.config)
+        warnings.warn(f"ember: {type(self.module).__name__} runs {runner.describe()} in eager"
+                      " PyTorch", stacklevel=3)
+        return _ModuleRunner(runner, spec)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        latest = self._latest_plain
+        if latest is not None and not kwargs:
+            result = latest.run_plain(args)
+            if result is not None:
+                return result
+        runner = self.specialize(args, kwargs)
+        if _plain_tensors(args, kwargs):
+            self._latest_plain = runner
+        return runner(args, kwargs)
+
+    def _fingerprint(self, args: tuple, kwargs: dict) -> str | None:
+        """The module's fingerprint for the warm path (compiled code cached on disk), or
+        None when that path does not apply."""
+        if self.config.executor != "cpu" or not self.config.disk_cache:
+            return None
+        self.module.eval()  # as capture_program does: the fingerprint sees eval mode
+        return module_fingerprint(self.module, self.signature(args, kwargs), self.config)
+
+    def _warm(self, fingerprint: str) -> Any:
+        """The runner of the code cached for `fingerprint`, or None: nothing is traced."""
+        entry = load_entry(fingerprint)
+        executable = load_cached(entry[0], self.config) if entry is not None else None
+        if executable is None:
+            return None
+        return _ModuleRunner(GraphRunner(None, executable=executable), entry[1])
+
+
+def _plain_tensors(args: tuple, kwargs: dict) -> bool:
+    """Whether a call passes tensors only, positionally: its leaves are its arguments (the
+    common call, which then skips the pytree walks)."""
+    return not kwargs and all(type(a) is torch.Tensor for a in args)
+
+
+class _ModuleRunner:
+    """Flattens the call's tensors, runs the graph, rebuilds the module's output structure."""
+
+    def __init__(self, graph_runner: Any, out_spec: Any):
+        self.graph_runner = graph_runner
+        self.out_spec = out_spec
+        self._single_output = out_spec.is_leaf()
+        # Compiled graphs have a fast path for tensors they take as they are.
+        self._run_plain = getattr(graph_runner, "run_plain", None)
+
+    def __call__(self, args: tuple, kwargs: dict) -> Any:
+        if _plain_tensors(args, kwargs):  # no pytree walk
+            if (result := self.run_plain(args)) is not None:
+                return result
+            leaves = list(args)
+        else:
+            leaves = [x for x in torch.utils._pytree.tree_leaves((args, kwargs))
+                      if isinstance(x, torch.Tensor)]
+        return self._structure(self.graph_runner(*leaves))
+
+    def run_plain(self, args: tuple) -> Any:
+        """The module's output for a call that passed tensors only, positionally, or None
+        when the graph cannot take them as they are (the caller takes the general path)."""
+        outputs = self._run_plain(args) if self._run_plain is not None else None
+        return None if outputs is None else self._structure(outputs)
+
+    def _structure(self, outputs: list) -> Any:
+        if self._single_output:
+            return outputs[0]
+        return torch.utils._pytree.tree_unflatten(list(outputs), self.out_spec)

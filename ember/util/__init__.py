@@ -1,0 +1,1 @@
+"""Shared basics below every level: files written atomically, values for cache keys."""
