@@ -1,0 +1,243 @@
+"""Schedules shaped by the target's facts, not by the host's: synthetic targets (made with
+`Target.with_`) get GEMM register tiles that fit their registers and keep their FMA units
+busy, micro-kernels and elementwise loops as wide as their vectors, and the code compiled
+for them computes what NumPy does; each preset gets the tiles its docstrings promise
+(ember/loops/schedules/gemm.py)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import ember
+from ember.codegen.cpu import llvm_ir_text
+from ember.codegen.llvm import program_module
+from ember.dtypes import DType
+from ember.driver.pipeline import lower_to_program
+from ember.loops.ir import Const, Fma, For, Kernel, Stmt, Store
+from ember.loops.lower import lower_graph
+from ember.loops.schedule import schedule_program
+from ember.loops.schedules.gemm import (
+    conv_tile,
+    default_tile,
+    matrix_tile,
+    matvec_width,
+    register_tile,
+)
+from ember.target import Target
+
+HOST = Target.host()
+ZEN3 = Target.named("znver3")
+# 8 f32 lanes, 16 registers, one FMA unit: AVX2 with a single FMA pipe.
+EIGHT_LANES = ZEN3.with_(name="avx2-1fma", vector_bits=256, vector_registers=16, fma_units=1,
+                         fma_latency=4)
+# 4 f32 lanes, 32 registers, two FMA units: an SSE-width machine with AVX-512's registers.
+FOUR_LANES = ZEN3.with_(name="sse-32regs", vector_bits=128, vector_registers=32, fma_units=2,
+                        fma_latency=4)
+# 24 accumulators would keep its FMA units busy; 16 registers hold at most 12 of them.
+REGISTER_BOUND = ZEN3.with_(name="avx2-4fma", vector_bits=256, vector_registers=16,
+                            fma_units=4, fma_latency=6)
+SYNTHETIC = [EIGHT_LANES, FOUR_LANES, REGISTER_BOUND]
+ids = [t.name for t in SYNTHETIC]
+RNG = np.random.default_rng(11)
+
+
+def matmul_graph(m=128, k=256, n=256) -> ember.Graph:
+    b = ember.Builder("mm")
+    b.output(b.matmul(b.input("x", "f32", (m, k)), b.input("y", "f32", (k, n))))
+    return b.build()
+
+
+def elementwise_graph(shape=(64, 101)) -> ember.Graph:
+    """exp(x) + y; 101 columns leave a tail for both 8 and 4 lanes."""
+    b = ember.Builder("ew")
+    x, y = b.input("x", "f32", shape), b.input("y", "f32", shape)
+    b.output(b.add(b.exp(x), y))
+    return b.build()
+
+
+def scheduled(graph, target: Target):
+    return schedule_program(lower_graph(graph, target), target)
+
+
+def loops_with_parents(stmts: list[Stmt], parents=()):
+    """(loop, enclosing loops outermost first) for every For in `stmts`."""
+    for s in stmts:
+        if isinstance(s, For):
+            yield s, parents
+            yield from loops_with_parents(s.body, (*parents, s))
+
+
+def micro_kernel(kernel: Kernel) -> tuple[For, For]:
+    """(the unrolled row loop, the vectorized column loop) of the GEMM's FMA update."""
+    found = [(loop, parents[-1]) for loop, parents in loops_with_parents(kernel.body)
+             if loop.kind == "vectorized" and len(loop.body) == 1
+             and isinstance(loop.body[0], Store) and isinstance(loop.body[0].value, Fma)]
+    assert len(found) == 1, f"expected one FMA micro-kernel, found {len(found)}"
+    columns, rows = found[0]
+    assert rows.kind == "unrolled"
+    return rows, columns
+
+
+def extent(loop: For) -> int:
+    assert loop.start == Const(0) and isinstance(loop.stop, Const)
+    return int(loop.stop.value)
+
+
+def constant_extents(kernel: Kernel, kind: str) -> set[int]:
+    """The trip counts of `kernel`'s loops of `kind` whose bounds are constants."""
+    return {extent(loop) for loop, _ in loops_with_parents(kernel.body)
+            if loop.kind == kind and isinstance(loop.stop, Const)}
+
+
+def vector_widths(ir_text: str, element: str = "float") -> set[int]:
+    return {int(n) for n, t in re.findall(r"<(\d+) x (\w+)>", ir_text) if t == element}
+
+
+# -- (a) the GEMM register tile --------------------------------------------------------------
+@pytest.mark.parametrize("target", SYNTHETIC, ids=ids)
+def test_register_tile_fits_the_registers_and_feeds_the_fma_units(target) -> None:
+    """nr is whole vectors; accumulators + B's vectors + a broadcast fit the registers; there
+    are fma_units * fma_latency accumulators, or as many as the registers allow."""
+    mr, nr = register_tile(target)
+    lanes = target.lanes(DType.f32)
+    assert nr % lanes == 0
+    across = nr // lanes
+    accumulators = mr * across
+    assert accumulators + across + 1 <= target.vector_registers
+    most = (target.vector_registers - across - 1) // across * across
+    assert accumulators >= min(target.fma_units * target.fma_latency, most)
+    assert default_tile(128, False, 256, target) == matrix_tile(target)
+    assert (matrix_tile(target).mr, matrix_tile(target).nr) == (mr, nr)
+
+
+def test_register_bound_target_takes_every_register_it_can() -> None:
+    """When FMA latency asks for more accumulators than fit, the tile uses all that fit."""
+    assert register_tile(REGISTER_BOUND) == (6, 16)  # 12 accumulators + 2 + 1 = 15 of 16
+
+
+@pytest.mark.parametrize("target", SYNTHETIC, ids=ids)
+def test_lowered_matmul_micro_kernel_has_the_targets_tile(target) -> None:
+    """A 128x256x256 matmul's micro-kernel: mr rows unrolled, nr lanes vectorized, an
+    mr x nr accumulator."""
+    mr, nr = register_tile(target)
+    kernel, = scheduled(matmul_graph(), target).kernels
+    rows, columns = micro_kernel(kernel)
+    assert (extent(rows), extent(columns)) == (mr, nr)
+    assert any(b.shape == (mr, nr) for b in kernel.locals)
+    # the other vectorized loops (packing B, zeroing the tile) are nr lanes too
+    assert constant_extents(kernel, "vectorized") == {nr}
+
+
+def test_synthetic_targets_get_different_micro_kernels() -> None:
+    """The same matmul lowered for 8 and 4 lanes gets 6x16 and 8x8 tiles."""
+    shapes = [tuple(map(extent, micro_kernel(scheduled(matmul_graph(), t).kernels[0])))
+              for t in (EIGHT_LANES, FOUR_LANES)]
+    assert shapes == [(6, 16), (8, 8)]
+
+
+# -- (b) elementwise kernels -----------------------------------------------------------------
+@pytest.mark.parametrize("target", [EIGHT_LANES, FOUR_LANES], ids=ids[:2])
+def test_elementwise_loops_are_as_wide_as_the_targets_vectors(target) -> None:
+    """exp(x) + y on f32[64, 101]: vectorized blocks of lanes(f32), then a shorter tail."""
+    lanes = target.lanes(DType.f32)
+    program, _ = lower_to_program(elementwise_graph(),
+                                  ember.Config(executor="cpu", target=target))
+    kernel, = program.kernels
+    vectorized = [extent(loop) for loop, _ in loops_with_parents(kernel.body)
+                  if loop.kind == "vectorized"]
+    assert vectorized == [lanes, 101 % lanes]
+    blocks = [extent(loop) for loop, _ in loops_with_parents(kernel.body)
+              if any(inner.kind == "vectorized" for inner in loop.body if isinstance(inner, For))
+              and loop.kind == "serial" and len(loop.body) == 1]
+    assert 101 // lanes in blocks
+
+
+@pytest.mark.parametrize("target", [EIGHT_LANES, FOUR_LANES], ids=ids[:2])
+def test_llvm_ir_vectors_are_the_targets_width(target) -> None:
+    """In LLVM IR the elementwise kernel's float vectors are one register of the target's,
+    and the matmul's are its tile's nr lanes (nr / lanes registers: codegen gives LLVM a
+    vectorized loop's whole trip count, ember/codegen/vector.py)."""
+    lanes, (_, nr) = target.lanes(DType.f32), register_tile(target)
+    for graph, want in ((elementwise_graph(), {lanes, 101 % lanes}), (matmul_graph(), {nr})):
+        program, plan = lower_to_program(graph, ember.Config(executor="cpu", target=target))
+        widths = vector_widths(llvm_ir_text(program_module(program, plan.offsets), target,
+                                            optimized=False))
+        assert widths == want, (graph.name, sorted(widths))
+
+
+# -- numerics: the synthetic targets' code runs on an x86 host with AVX2 ---------------------
+runs_here = pytest.mark.skipif(
+    not (EIGHT_LANES.runs_here() and set(ZEN3.features) <= set(HOST.features)),
+    reason="the synthetic targets are x86 with AVX2: their code runs on such a host only")
+
+
+@runs_here
+@pytest.mark.parametrize("target", [EIGHT_LANES, FOUR_LANES], ids=ids[:2])
+def test_matmul_compiled_for_synthetic_target_matches_numpy(target) -> None:
+    """A 128x256x256 and an odd 37x70x29 matmul compiled for the target give NumPy's."""
+    config = ember.Config(executor="cpu", target=target, disk_cache=False)
+    for m, k, n in ((128, 256, 256), (37, 70, 29)):
+        x = RNG.standard_normal((m, k)).astype(np.float32)
+        y = RNG.standard_normal((k, n)).astype(np.float32)
+        got, = ember.compile(matmul_graph(m, k, n), config=config)(x, y)
+        np.testing.assert_allclose(got, x.astype(np.float64) @ y, rtol=1e-4, atol=1e-4)
+
+
+@runs_here
+@pytest.mark.parametrize("target", [EIGHT_LANES, FOUR_LANES], ids=ids[:2])
+def test_elementwise_compiled_for_synthetic_target_matches_numpy(target) -> None:
+    """exp(x) + y compiled for the target gives NumPy's, the tail included."""
+    config = ember.Config(executor="cpu", target=target, disk_cache=False)
+    x, y = (RNG.standard_normal((64, 101)).astype(np.float32) for _ in range(2))
+    got, = ember.compile(elementwise_graph(), config=config)(x, y)
+    np.testing.assert_allclose(got, np.exp(x) + y, rtol=1e-6, atol=1e-6)
+
+
+# -- (c) the presets' documented tiles --------------------------------------------------------
+# register_tile: two vectors across; rows = (registers - 2 - 1) // 2, at most MAX_TILE_ROWS
+# (8) unless fma_units * fma_latency needs more; accumulators + 2 B vectors + 1 broadcast
+# fit. conv_tile: CONV_COLUMNS (16) f32 across; rows = (registers - vectors - 1) // vectors,
+# at most 8. matvec_width: MAX 256 bytes of f32 across, at most (registers - 2) // 2 vectors
+# (two rows of accumulators and their broadcasts).
+PRESET_TILES = {
+    # 8 lanes, 16 registers, 2 FMA x 4: 6 rows x 2 vectors = 12 accumulators >= 8, 15 of 16
+    # registers; conv: 16 columns = 2 vectors, same 6 rows; matvec: 8 vectors of 256 bytes
+    # but only (16 - 2) // 2 = 7 fit, 56 columns.
+    "znver3": ((6, 16), (6, 16), 56),
+    # 16 lanes, 32 registers, 1 FMA x 4: (32 - 3) // 2 = 14 rows, cut to 8 (4 accumulators
+    # would do); conv: 16 columns = 1 vector, 30 rows cut to 8; matvec: 256 bytes = 4 vectors.
+    "znver4": ((8, 32), (8, 16), 64),
+    # 16 lanes, 32 registers, 2 FMA x 4: as znver4, 16 accumulators >= 8.
+    "sapphirerapids": ((8, 32), (8, 16), 64),
+    # 4 lanes, 32 registers, 2 FMA x 4: 14 rows cut to 8, 16 accumulators >= 8; conv:
+    # 16 columns = 4 vectors, (32 - 4 - 1) // 4 = 6 rows (24 + 4 + 1 = 29 registers);
+    # matvec: 256 bytes = 16 vectors, (32 - 2) // 2 = 15 fit, 60 columns.
+    "neoverse-n1": ((8, 8), (6, 16), 60),
+    # 4 lanes, 32 registers, 1 FMA x 4: the same tiles as neoverse-n1.
+    "aarch64-linux-gnu": ((8, 8), (6, 16), 60),
+}
+
+
+@pytest.mark.parametrize("name", PRESET_TILES)
+def test_preset_tiles_are_the_documented_ones(name) -> None:
+    """register_tile, conv_tile and matvec_width of each CPU preset."""
+    target = Target.named(name)
+    assert (register_tile(target), conv_tile(target), matvec_width(target)) == \
+        PRESET_TILES[name]
+
+
+@pytest.mark.parametrize("name", PRESET_TILES)
+def test_preset_conv_and_matvec_tiles_fit_the_registers(name) -> None:
+    """The conv tile's accumulators, its B vectors and a broadcast fit the registers, and a
+    matrix-vector tile's two rows of accumulators and two broadcasts do."""
+    target = Target.named(name)
+    lanes = target.lanes(DType.f32)
+    mr, nr = conv_tile(target)
+    assert nr % lanes == 0 and mr * (nr // lanes) + nr // lanes + 1 <= target.vector_registers
+    width = matvec_width(target)
+    assert width % lanes == 0 and 2 * (width // lanes) + 2 <= target.vector_registers
+    assert width * 4 <= 256
+    assert default_tile(1, False, 4 * width, target).nr == width
