@@ -14,8 +14,8 @@ import pytest
 import ember
 from ember.codegen.cpu import llvm_ir_text
 from ember.codegen.llvm import program_module
-from ember.dtypes import DType
 from ember.driver.pipeline import lower_to_program
+from ember.dtypes import DType
 from ember.loops.ir import Const, Fma, For, Kernel, Stmt, Store
 from ember.loops.lower import lower_graph
 from ember.loops.schedule import schedule_program
