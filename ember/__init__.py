@@ -33,6 +33,7 @@ from ember.graph import (
     print_graph,
     verify_graph,
 )
+from ember.target import Target
 
 __version__ = "0.1.0"
 
@@ -47,6 +48,7 @@ __all__ = [
     "ParseError",
     "PassError",
     "ShapeError",
+    "Target",
     "TensorType",
     "UnsupportedOpError",
     "VerificationError",

@@ -34,8 +34,9 @@ def _read_graph(file: str):
 def _backend(args: argparse.Namespace):
     from ember.config import Config
     from ember.driver.backend import backend_for
+    from ember.driver.pipeline import resolve
 
-    return backend_for(Config(target=args.target).resolved().target)
+    return backend_for(resolve(Config(target=args.target)).target)
 
 
 def _opt(args: argparse.Namespace) -> int:
@@ -71,11 +72,36 @@ def _lower(args: argparse.Namespace) -> int:
     from ember.loops.verify import verify_program
 
     graph = _read_graph(args.file)
+    if args.schedule or args.schedules:
+        return _lower_scheduled(args, graph)
     passes = DEFAULT_PIPELINE if args.passes is None else [p for p in args.passes.split(",") if p]
     backend = _backend(args)
     optimized = run_passes(graph, passes, configure=backend.configure)
     program = verify_program(lower_graph(optimized, backend.target))
     sys.stdout.write(print_program(program, constants=args.constants))
+    return 0
+
+
+def _lower_scheduled(args: argparse.Namespace, graph) -> int:
+    """The compile's loop IR, scheduled (every graph pass of a compile, fusion included),
+    with each tunable kernel's schedule as a comment, or written to a file; `--schedules`
+    gives such a file back."""
+    import json
+
+    from ember.config import Config
+    from ember.driver.pipeline import lower_to_program, resolve
+    from ember.loops.text import print_program
+
+    config = resolve(Config(target=args.target, schedules=args.schedules))
+    chosen: dict[str, dict] = {}
+    program, _ = lower_to_program(graph, config, schedules=chosen)
+    sys.stdout.write(print_program(program, constants=args.constants))
+    text = json.dumps(chosen, indent=1, sort_keys=True) + "\n"
+    if args.schedule and args.schedule != "-":
+        Path(args.schedule).write_text(text)
+    elif args.schedule:
+        sys.stdout.write("// schedules (kernel key: parameters):\n")
+        sys.stdout.write("".join(f"// {line}\n" for line in text.splitlines()))
     return 0
 
 
@@ -135,6 +161,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="graph passes to run first (default: the default pipeline)")
     lower.add_argument("--constants", default="elide", choices=("table", "elide", "omit"))
     lower.add_argument("--target", default=None, help=TARGET_HELP)
+    lower.add_argument("--schedule", nargs="?", const="-", default=None, metavar="FILE",
+                       help="schedule as a compile does, and show each tunable kernel's"
+                            " schedule (or write them to FILE, to edit and give back)")
+    lower.add_argument("--schedules", default=None, metavar="FILE",
+                       help="lower with the schedules in FILE (from --schedule or"
+                            " EMBER_DUMP's schedules.json)")
     lower.set_defaults(run=_lower)
 
     sub.add_parser("passes", help="list the graph passes").set_defaults(run=_list_passes)

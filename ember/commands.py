@@ -198,10 +198,10 @@ def explain_command(args: argparse.Namespace) -> int:
 
 def export_command(args: argparse.Namespace) -> int:
     from ember.config import Config
-    from ember.driver.pipeline import lower_to_program
+    from ember.driver.pipeline import lower_to_program, resolve
     from ember.runtime.aot import write_library
 
-    config = Config(executor="cpu", target=args.target).resolved()  # a bad target fails now
+    config = resolve(Config(executor="cpu", target=args.target))  # a bad target fails now
     target = config.target
     graph, _ = load_graph(args)
     program, plan = lower_to_program(graph, config)
@@ -219,7 +219,7 @@ STAGES = ("graph", "optimized", "fused", "loops", "llvm", "asm")
 def ir_command(args: argparse.Namespace) -> int:
     from ember.config import Config
     from ember.driver.pass_manager import run_passes
-    from ember.driver.pipeline import lower_to_program
+    from ember.driver.pipeline import lower_to_program, resolve
     from ember.graph.passes import DEFAULT_PIPELINE
     from ember.graph.text import print_graph
 
@@ -231,16 +231,18 @@ def ir_command(args: argparse.Namespace) -> int:
         passes = DEFAULT_PIPELINE + (["fuse", "dce"] if stage == "fused" else [])
         text = print_graph(run_passes(graph, passes), constants="elide")
     else:
+        from ember.codegen import vmath
         from ember.codegen.cpu import assembly_text, llvm_ir_text
         from ember.codegen.llvm import program_module
         from ember.loops.text import print_program
 
-        config = Config(executor="cpu").resolved()
+        config = resolve(Config(executor="cpu"))
         program, plan = lower_to_program(graph, config)
         if stage == "loops":
             text = print_program(program, constants="elide")
         else:
-            module = program_module(program, plan.offsets)
+            with vmath.scaling_by_ldexp(config.target.vector_ldexp):  # as compiles do
+                module = program_module(program, plan.offsets)
             text = llvm_ir_text(module, config.target) if stage == "llvm" else \
                 assembly_text(module, config.target)
     sys.stdout.write(text)

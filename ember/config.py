@@ -5,7 +5,7 @@ instead of compiled code, EMBER_TUNE=1 tunes."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ember.errors import EmberError
 from ember.target import Target, is_host
@@ -40,7 +40,8 @@ class Config:
     # every conv directly.
     winograd: bool = True
     # The machine to compile for: a Target, a preset's name ("znver4", "neoverse-n1", ...)
-    # or None for this machine (`ember.Target`). The driver resolves it before any stage.
+    # or None for this machine (`ember.Target`). The driver resolves it before any stage
+    # (`ember.driver.pipeline.resolve`).
     target: Target | str | None = None
     # Schedules to use instead of the defaults and the tuner's, by kernel (a file written
     # by `ember lower --schedule` or EMBER_DUMP, possibly edited): see loops/schedules.
@@ -54,8 +55,3 @@ class Config:
             raise EmberError("max_specializations must be at least 1")
         if isinstance(self.target, str) and not is_host(self.target):
             Target.get(self.target)  # an unknown name fails here, before any work
-
-    def resolved(self) -> Config:
-        """This config with its target as a Target (the host's facts for None)."""
-        return self if isinstance(self.target, Target) else \
-            replace(self, target=Target.get(self.target))

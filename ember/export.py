@@ -59,13 +59,13 @@ def export(model: Any, example_inputs: Any, out_dir: str | Path, *,
     "aarch64-linux-gnu" or "neoverse-n1"; default: the config's, else this machine) into a
     shared library, a C header, metadata and an example program in `out_dir`; returns
     `out_dir`. The kernels are shaped for that target (its vectors, registers, caches)."""
-    from ember.driver.pipeline import lower_to_program
+    from ember.driver.pipeline import lower_to_program, resolve
     from ember.runtime.aot import write_library
 
     config = config or Config(executor="cpu")
     if target is not None:
         config = dataclasses.replace(config, target=target)
-    config = config.resolved()  # an unknown target fails before any work
+    config = resolve(config)  # an unknown target fails before any work
     graph, input_names = _graph_of(model, example_inputs)
     program, plan = lower_to_program(graph, config)
     output_names = [v.name or f"output{i}" for i, v in enumerate(graph.outputs)]

@@ -186,7 +186,9 @@ def _cache_bytes() -> dict[int, int]:
     return sizes
 
 
-def _usable_cores() -> int:
+def usable_cores() -> int:
+    """The cores this process may run on (compiling uses them all, and they are the
+    default team size of parallel loops)."""
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not on Linux
@@ -232,5 +234,5 @@ def _host() -> Target:
                   registers, fma_units, fma_latency,
                   caches.get(1, near.l1d_bytes if near else 32 << 10),
                   caches.get(2, near.l2_bytes if near else 512 << 10),
-                  caches.get(3, near.l3_bytes if near else 0), _usable_cores(),
+                  caches.get(3, near.l3_bytes if near else 0), usable_cores(),
                   disabled=tuple(sorted(name for name, on in reported.items() if not on)))

@@ -13,6 +13,7 @@ import llvmlite.binding as llvm
 import pytest
 
 import ember
+from ember.driver.pipeline import resolve
 from ember.dtypes import DType
 from ember.target import ALIASES, PRESETS, Target, TargetError
 
@@ -131,12 +132,12 @@ def test_config_with_unknown_target_fails_at_construction() -> None:
 
 
 def test_config_resolves_names_to_targets() -> None:
-    """Config.resolved() turns names, aliases and None into Targets."""
-    assert ember.Config(target="arm64").resolved().target is PRESETS["aarch64-linux-gnu"]
-    assert ember.Config().resolved().target == HOST
+    """resolve(Config) turns names, aliases and None into Targets."""
+    assert resolve(ember.Config(target="arm64")).target is PRESETS["aarch64-linux-gnu"]
+    assert resolve(ember.Config()).target == HOST
     synthetic = HOST.with_(name="synthetic", vector_bits=256)
     config = ember.Config(target=synthetic)
-    assert config.resolved() is config
+    assert resolve(config) is config
 
 
 # -- keys ----------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import numpy as np
 
 from ember.config import Config
 from ember.driver.compile import executor_for
+from ember.driver.pipeline import resolve
 from ember.errors import EmberError
 from ember.graph.ir import Graph
 
@@ -30,7 +31,7 @@ def compile(obj: Any, example_inputs: Any = None, *, config: Config | None = Non
     config = config or Config()
     if tune is not None:
         config = dataclasses.replace(config, tune=tune)
-    config = config.resolved()  # the target, once: every stage and cache key sees it
+    config = resolve(config)  # the target, once: every stage and cache key sees it
     if isinstance(obj, Graph):
         return CompiledGraph(obj, config)
     if is_torch_module(obj):

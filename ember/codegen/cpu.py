@@ -32,7 +32,7 @@ from llvmlite.binding import ffi
 from ember.codegen import CodegenError, vmath
 from ember.codegen.llvm import entry_name
 from ember.codegen.parallel import OPENMP_SYMBOLS, num_threads_symbol
-from ember.target import Target
+from ember.target import Target, usable_cores
 
 ENTRY_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                               ctypes.c_void_p)
@@ -139,15 +139,6 @@ def load_openmp() -> str:
     raise CodegenError("parallel loops need the OpenMP runtime, libgomp, which was not found"
                        f" (tried: {'; '.join(tried) or 'nothing found'}); install it (e.g."
                        " apt-get install libgomp1) or emit the loops as serial")
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (what compiling modules uses, and the default
-    team size of parallel loops)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not on Linux
-        return os.cpu_count() or 1
 
 
 def default_num_threads() -> int:

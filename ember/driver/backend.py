@@ -113,11 +113,13 @@ class CpuBackend(Backend):
         return min(times)
 
     def dump(self, program: Program, plan: MemoryPlan, folder: Path) -> None:
+        from ember.codegen import vmath
         from ember.codegen.cpu import assembly_text, llvm_ir_text
         from ember.codegen.llvm import program_module
         from ember.util.files import write_atomically
 
-        module = program_module(program, plan.offsets)
+        with vmath.scaling_by_ldexp(self.target.vector_ldexp):  # as `emit` compiles it
+            module = program_module(program, plan.offsets)
         write_atomically(folder / "llvm.ll", llvm_ir_text(module, self.target))
         write_atomically(folder / "asm.s", assembly_text(module, self.target))
 

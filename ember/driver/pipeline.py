@@ -19,6 +19,8 @@ The target is resolved once, here (`Config.resolved`): the levels are given it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import os
 import time
 from collections.abc import Callable
@@ -47,6 +49,13 @@ from ember.util.files import write_atomically
 _MEMORY = MemoryCache()
 stats = CacheStats()  # hits and builds of this process, for tests and explain
 last_build: dict = {}  # timings and kernel count of the latest cold build, for the demo
+
+
+def resolve(config: Config) -> Config:
+    """`config` with its target as a Target (this machine's facts for None): the one place
+    a compile's target is decided."""
+    return config if isinstance(config.target, Target) else \
+        dataclasses.replace(config, target=Target.get(config.target))
 
 
 def this_machine() -> Target:
@@ -88,27 +97,33 @@ def _dump_text(file: str, text_of: Callable[[Any], str]) -> Callable[[Any, Path]
     return lambda result, folder: write_atomically(folder / file, text_of(result))
 
 
-def lower_to_program(graph: Graph, config: Config, timings: dict | None = None):
+def lower_to_program(graph: Graph, config: Config, timings: dict | None = None,
+                     schedules: dict | None = None):
     """The graph and loop-IR stages: passes (fusion included), lowering, the default
     schedule, verification and the memory plan. Returns (program, plan); JIT and AOT share
-    it and differ only in what happens to the object code."""
+    it and differ only in what happens to the object code. `schedules`, when given, is
+    filled with each tunable kernel's parameters (the model's schedules)."""
     from ember.loops.lower import lower_graph
     from ember.loops.schedule import schedule_program
     from ember.loops.text import print_program
     from ember.loops.verify import verify_program
     from ember.runtime.memory_plan import plan_memory
 
-    config = config.resolved()
+    config = resolve(config)
     target, backend = config.target, backend_for(config.target)
     stages = _Stages({} if timings is None else timings)
     optimized = stages.run("graph passes", lambda: PassManager(
         graph_pipeline(config, backend)).run(clone_graph(graph)))
     loops_text = _dump_text("loops.ir", lambda p: print_program(p, constants="elide"))
     with reproduced("lowering to loops", optimized, "python -m ember lower {input} -p ''"):
-        tuning = _tuning(config, backend)
+        tuning = tuning_session(config, backend)
         program = stages.run("lowering", lambda: lower_graph(optimized, target, tuning),
                              _dump_text("lowered.ir",
                                         lambda p: print_program(p, constants="elide")))
+        if stages.folder is not None:
+            write_atomically(stages.folder / "schedules.json", _schedules_text(tuning))
+        if schedules is not None:
+            schedules.update(tuning.chosen)
         program = stages.run("scheduling",
                              lambda: verify_program(schedule_program(program, target)),
                              loops_text)
@@ -116,16 +131,24 @@ def lower_to_program(graph: Graph, config: Config, timings: dict | None = None):
     return program, plan
 
 
-def _tuning(config: Config, backend: Backend):
-    """The tuning session of a tuned compile (the database's winners, and the search for
-    new shapes, measured by the backend), else None."""
-    if not config.tune:
-        return None
+def tuning_session(config: Config, backend: Backend):
+    """Which parameters each tunable kernel of a compile gets: a schedules file given back
+    (`Config.schedules`: exactly those), a tuned compile's database (its winners, and a
+    search for what it lacks, measured by the backend), else the defaults. The session
+    notes every kernel's parameters (`Tuning.chosen`)."""
     from ember.codegen.cpu import default_num_threads
-    from ember.loops.tune import Tuning, TuningDatabase
+    from ember.loops.tune import ScheduleFile, Tuning, TuningDatabase
 
-    return Tuning(TuningDatabase(cache_dir() / "tuning.json"), config.target, backend.measure,
+    if config.schedules:
+        return Tuning(config.target, ScheduleFile(config.schedules), machine_in_keys=False)
+    if not config.tune:
+        return Tuning(config.target)
+    return Tuning(config.target, TuningDatabase(cache_dir() / "tuning.json"), backend.measure,
                   search=True, budget_seconds=config.tune_budget, threads=default_num_threads())
+
+
+def _schedules_text(tuning) -> str:
+    return json.dumps(tuning.chosen, indent=1, sort_keys=True) + "\n"
 
 
 @contextlib.contextmanager
@@ -148,10 +171,11 @@ def build(graph: Graph, config: Config) -> Artifact:
     """Every stage, from a graph to object code (the cold path)."""
     from ember.loops.ir import Call
 
-    config = config.resolved()
+    config = resolve(config)
     backend = backend_for(config.target)
     timings: dict[str, float] = {}
-    program, plan = lower_to_program(graph, config, timings)
+    schedules: dict[str, dict] = {}
+    program, plan = lower_to_program(graph, config, timings, schedules)
     stages = _Stages(timings)
     with reproduced("LLVM code generation", graph, "python -m ember ir {input} --stage asm"):
         artifact = stages.run("llvm", lambda: backend.emit(program, plan),
@@ -159,6 +183,7 @@ def build(graph: Graph, config: Config) -> Artifact:
     artifact.extra["timings"] = timings
     artifact.extra["kernels"] = len(program.kernels)
     artifact.extra["kernel_table"] = kernel_table(program)
+    artifact.extra["schedules"] = schedules
     if all(isinstance(step, Call) for step in program.steps):  # straight-line: explain's
         artifact.extra["steps"] = [[s.kernel, list(s.args)] for s in program.steps]
     last_build.clear()
@@ -188,7 +213,7 @@ def kernel_table(program) -> list[dict]:
 def compile_graph(graph: Graph, config: Config | None = None) -> Executable:
     """`graph` compiled for the config's target (default: this machine), from the caches
     when it was compiled before."""
-    config = (config or Config()).resolved()
+    config = resolve(config or Config())
     backend = backend_for(config.target)
     key = cache_key(graph, signature(graph), config)
     disk = DiskCache() if config.disk_cache else None
@@ -207,7 +232,7 @@ def clear_memory_cache() -> None:
 
 def load_cached(key: str, config: Config | None = None) -> Executable | None:
     """The executable cached under `key`, from memory or disk, or None: no stage runs."""
-    backend = backend_for((config or Config()).resolved().target)
+    backend = backend_for(resolve(config or Config()).target)
     executable = get_cached(key, backend.load, memory=_MEMORY, disk=DiskCache(), stats=stats)
     if executable is not None:
         executable.cache_key = key

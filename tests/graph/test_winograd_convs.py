@@ -137,10 +137,13 @@ def test_the_input_transform_writes_four_points_a_pass() -> None:
     graph = run_passes(conv_graph((1, 64, 16, 16), data(64, 64, 3, 3), pads=(1, 1, 1, 1)),
                        ["winograd_convs", "dce"])
     (kernel,) = [k for k in lower_graph(graph, target=HOST).kernels if "winograd_input" in k.name]
-    vector_loops = [s for s in walk_stmts(kernel.body)
-                    if isinstance(s, For) and s.kind == "vectorized"]
-    assert len(vector_loops) == 4
-    for loop in vector_loops:
+    # (The lanes of a pass store several points, which vector code cannot do yet: the
+    # loops are serial, as the legality analysis says, not silently serial in codegen.)
+    passes = [s for s in walk_stmts(kernel.body) if isinstance(s, For)
+              and any(isinstance(t, Store) and t.buffer == "y0" and not isinstance(t.value, Const)
+                      for t in s.body)]
+    assert len(passes) == 4
+    for loop in passes:
         points = {s.index[0] for s in loop.body if isinstance(s, Store) and s.buffer == "y0"}
         assert len(points) == 4
 

@@ -152,7 +152,7 @@ def test_the_defaults_stay_unless_clearly_beaten(monkeypatch, tmp_path, measured
 
     monkeypatch.setattr(knobs, "value_sets", lambda asked: [
         {"k": {"a": a}} for a in (1, 2, 3)])
-    tuning = Tuning(db, HOST, measure=lambda text, outputs: 0.0, search=True,
-                    budget_seconds=1.0)
+    tuning = Tuning(HOST, db, measure=lambda text, outputs: 0.0, search=True,
+                    budget_seconds=1.0, machine_in_keys=False)
     record = knobs.tune_kernel(lower, asked, lower(knobs.KnobValues()), "k/x/cpu", 1, tuning)
     assert record["knobs"] == {"k": {"a": winner + 1}} and db.get("k/x/cpu") == record

@@ -199,10 +199,11 @@ import json, sys
 import numpy as np
 from ember import Config
 from ember.driver.keys import cache_key
+from ember.driver.pipeline import resolve
 from ember.runtime.cache import CacheStats, DiskCache, get_or_build
 from tests.runtime import test_cache as t
 
-key = cache_key(t.graph(), t.SIGNATURE, Config().resolved())
+key = cache_key(t.graph(), t.SIGNATURE, resolve(Config()))
 stats = CacheStats()
 exe = get_or_build(key, t.build_handmade, t.load_handmade, disk=DiskCache(), stats=stats)
 y = exe(np.ones(8, np.float32))[0]
@@ -231,6 +232,7 @@ import json, sys
 import numpy as np
 from ember import Config, interpret
 from ember.driver.keys import cache_key
+from ember.driver.pipeline import resolve
 from ember.runtime.cache import CacheStats, DiskCache, get_or_build
 from ember.runtime.executable import build_artifact, load_artifact
 from tests.runtime import test_cache as t
@@ -241,7 +243,7 @@ def build():
     return build_artifact(lower_graph(g, t.HOST), t.HOST)
 
 stats = CacheStats()
-exe = get_or_build(cache_key(g, t.SIGNATURE, Config().resolved()), build,
+exe = get_or_build(cache_key(g, t.SIGNATURE, resolve(Config())), build,
                    lambda artifact: load_artifact(artifact, t.HOST),
                    disk=DiskCache(), stats=stats)
 x = np.linspace(-1, 1, 8, dtype=np.float32)

@@ -122,10 +122,14 @@ class GemmSchedule:
     # Split rows into groups until there are this many parallel tasks (each packs its own B
     # block: on one thread, 256^3 ran at 107, 100 and 95 GFLOP/s with 1, 4 and 8 tasks).
     parallel: int = 4
+    # The row tiles outside the panels: a tile's rows of A stay in L1 while B's panels
+    # stream past them, instead of one panel of B staying while the rows stream.
+    rows_outer: bool = False
 
     def __str__(self) -> str:
         return (f"gemm(mr={self.mr}, nr={self.nr}, kc={self.kc}, mc={self.mc}, nc={self.nc},"
-                f" pack_a={self.pack_a}, parallel={self.parallel})")
+                f" pack_a={self.pack_a}, parallel={self.parallel},"
+                f" rows_outer={self.rows_outer})")
 
 
 @dataclass(frozen=True)
@@ -344,6 +348,7 @@ class _Builder:
         self.nmg = groups
         self.per_group = _ceil(_ceil(self.tiles, groups), self.mcp)  # the most blocks
         self.pack_a = s.pack_a if s.pack_a is not None else not isinstance(g.a, Load)
+        self.rows_outer = s.rows_outer
         self.acc = ctx.local(F32, (self.mr, self.nr))
         # With transcendental math in the stores (a fused GELU), writing the unrolled tile
         # at once gives LLVM mr * nr / lanes polynomials to interleave, more live values
@@ -528,9 +533,15 @@ class _Builder:
         stmts = self.copy_a(batch, ib, k0) if self.ap is not None else []
         jr_stop = _min(self.ncp, (Const(g.n) - j0 + (self.nr - 1)) // self.nr)
         ir_stop = _min(self.mcp, last - tile0)
-        stmts += self.loop("jr", jr_stop, lambda jr: self.loop(
-            "ir", ir_stop, lambda ir: self.tile(batch, ib + ir * self.mr, j0 + jr * self.nr,
-                                                (ic, ir, jr), k0, pc)))
+        def tile(ir: Expr, jr: Expr) -> list[Stmt]:
+            return self.tile(batch, ib + ir * self.mr, j0 + jr * self.nr, (ic, ir, jr), k0, pc)
+
+        if self.rows_outer:
+            stmts += self.loop("ir", ir_stop, lambda ir: self.loop(
+                "jr", jr_stop, lambda jr: tile(ir, jr)))
+        else:
+            stmts += self.loop("jr", jr_stop, lambda jr: self.loop(
+                "ir", ir_stop, lambda ir: tile(ir, jr)))
         return stmts
 
     def tile_loops(self, body, rows: Expr | int, cols: Expr | int,
@@ -633,5 +644,10 @@ def schedule_matmul(ctx, body: list[Stmt], schedule: GemmSchedule | None = None,
         return body
     from ember.loops.tune.context import chosen_gemm_schedule
 
-    return apply_gemm(ctx, g, schedule or chosen_gemm_schedule(g, ctx.tuning) or
-                      default_gemm_schedule(g, ctx.target))
+    chosen = schedule or chosen_gemm_schedule(g, ctx.tuning) or \
+        default_gemm_schedule(g, ctx.target)
+    if ctx.tuning is not None:  # the model's schedules, as given back or written out
+        from ember.loops.tune.gemm import key_of
+
+        ctx.tuning.chosen[key_of(g)] = {"schedule": dataclasses.asdict(chosen)}
+    return apply_gemm(ctx, g, chosen)

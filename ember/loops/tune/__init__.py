@@ -9,10 +9,10 @@ Candidates run in a separate process (`worker.py`), so that one that crashes can
 the caller down.
 """
 
-from ember.loops.tune.context import Tuning, chosen_gemm_schedule
+from ember.loops.tune.context import ScheduleFile, Tuning, chosen_gemm_schedule
 from ember.loops.tune.database import TuningDatabase
 from ember.loops.tune.gemm import gemm_key, key_of, tune_gemm
 from ember.loops.tune.knobs import KnobValues
 
-__all__ = ["KnobValues", "Tuning", "TuningDatabase", "chosen_gemm_schedule", "gemm_key",
-           "key_of", "tune_gemm"]
+__all__ = ["KnobValues", "ScheduleFile", "Tuning", "TuningDatabase", "chosen_gemm_schedule",
+           "gemm_key", "key_of", "tune_gemm"]

@@ -19,21 +19,20 @@ from ember.loops.tune.worker import search
 from ember.target import Target
 
 
-def gemm_key(batch: tuple, m: int, n: int, depth: int, dtype: Any, machine: str,
-             b_batched: bool = False, b_panels: int | None = None) -> str:
+def gemm_key(batch: tuple, m: int, n: int, depth: int, dtype: Any, b_batched: bool = False,
+             b_panels: int | None = None) -> str:
     extents = "x".join(str(e) for _, e in batch) or "-"
     name = getattr(dtype, "value", dtype)
     b = f"p{b_panels}" if b_panels else "bb" if b_batched else "b"
-    return f"gemm/{extents}/{m}x{n}x{depth}/{name}/{b}/{machine}"
+    return f"gemm/{extents}/{m}x{n}x{depth}/{name}/{b}"
 
 
-def key_of(g: Any, tuning: Tuning) -> str:
-    """The database key of matmul `g` (a Gemm) on the tuning session's machine."""
+def key_of(g: Any) -> str:
+    """The key of matmul `g` (a Gemm); a tuning database adds the machine."""
     from ember.loops.schedules.gemm import _variables
 
     b_batched = bool(_variables(g.b) & {name for name, _ in g.batch})
-    return gemm_key(g.batch, g.m, g.n, g.depth, g.a.dtype, tuning.machine, b_batched,
-                    g.b_panels)
+    return gemm_key(g.batch, g.m, g.n, g.depth, g.a.dtype, b_batched, g.b_panels)
 
 
 def candidates(default: Any, lanes: int, seed: int = 0) -> list[Any]:
@@ -84,7 +83,7 @@ def scheduled_text(spec: dict, schedule: dict, target: Target) -> str:
     from ember.loops.schedule import schedule_program
     from ember.loops.text import print_kernel
 
-    tuning = Tuning(_OneSchedule(schedule), target)
+    tuning = Tuning(target, _OneSchedule(schedule), machine_in_keys=False)
     (kernel,) = schedule_program(lower_graph(_spec_graph(spec), target, tuning), target).kernels
     return print_kernel(kernel)
 
@@ -95,8 +94,8 @@ def tune_gemm(g: Any, tuning: Tuning, max_candidates: int = 24) -> dict:
     from ember.loops.schedules.gemm import _variables, default_gemm_schedule
 
     b_batched = bool(_variables(g.b) & {name for name, _ in g.batch})
-    key = key_of(g, tuning)
-    known = tuning.database.get(key)
+    key = key_of(g)
+    known = tuning.lookup(key)
     if known is not None:
         return known
     spec = {"batch": [e for _, e in g.batch], "m": g.m, "n": g.n, "k": g.depth,
@@ -113,5 +112,5 @@ def tune_gemm(g: Any, tuning: Tuning, max_candidates: int = 24) -> dict:
     winner, seconds = min(measured, key=lambda m: m[1], default=(options[0], float("nan")))
     record = {"schedule": dataclasses.asdict(winner), "seconds": seconds,
               "tried": len(measured)}
-    tuning.database.put(key, record)
+    tuning.store(key, record)
     return record

@@ -56,12 +56,13 @@ class KnobValues:
 Lower = Callable[[KnobValues], Kernel]  # lowers one op with the given knob values
 
 
-def kernel_key(kernel: Kernel, kernel_class: str, machine: str) -> str:
-    """`kernel_class`/a hash of the kernel's loop IR, its name and origin left out/machine."""
+def kernel_key(kernel: Kernel, kernel_class: str) -> str:
+    """`kernel_class`/a hash of the kernel's loop IR, its name and origin left out (a
+    tuning database adds the machine)."""
     from ember.loops.text import print_kernel
 
     text = print_kernel(Kernel("k", kernel.params, kernel.body, kernel.locals))
-    return f"{kernel_class}/{hashlib.sha256(text.encode()).hexdigest()[:16]}/{machine}"
+    return f"{kernel_class}/{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 
 
 def value_sets(asked: Choices, seed: int = 0) -> list[dict[str, dict[str, int]]]:
@@ -93,11 +94,13 @@ def tuned_kernel(lower: Lower, outputs: int, tuning: Tuning | None) -> Kernel:
     kernel = lower(asked)
     if not asked.asked:
         return kernel
-    key = kernel_key(kernel, next(iter(asked.asked)), tuning.machine)
-    record = tuning.database.get(key)
-    if record is None and tuning.search and tuning.measure is not None:
+    key = kernel_key(kernel, next(iter(asked.asked)))
+    record = tuning.lookup(key)
+    if record is None and tuning.searching:
         record = tune_kernel(lower, asked, kernel, key, outputs, tuning)
-    if record is None or record["knobs"] == {c: d for c, (d, _) in asked.asked.items()}:
+    defaults = {c: d for c, (d, _) in asked.asked.items()}
+    tuning.chosen[key] = {"knobs": record["knobs"] if record else defaults}
+    if record is None or record["knobs"] == defaults:
         return kernel
     return lower(KnobValues(record["knobs"]))
 
@@ -126,5 +129,5 @@ def tune_kernel(lower: Lower, asked: KnobValues, kernel: Kernel, key: str, outpu
     if measured and measured[0][0] == 0 and seconds > (1 - MIN_GAIN) * measured[0][1]:
         winner, seconds = measured[0]
     record = {"knobs": options[winner], "seconds": seconds, "tried": len(measured)}
-    tuning.database.put(key, record)
+    tuning.store(key, record)
     return record
