@@ -2,18 +2,19 @@
 with EMBER_DUMP=dir, dumped; the caches skip them all when the same graph, signature and
 config (its target included) were compiled before.
 
-    graph passes   graph (L1) -> graph (L1)     the default pipeline, the backend's layout
-                                                passes, fusion (each pass dumped, NN-name.ir)
-    lowering       graph -> program (L2)        algorithms, with a tuned compile's knobs and
-                                                searches (the tuner measures through the
-                                                backend)                       lowered.ir
-    scheduling     program -> program           the default schedule for the target
-                                                                               loops.ir
-    memory plan    program -> arena offsets
-    emission       program -> object code       the backend (LLVM)    llvm.ll, asm.s
-    loading        object code -> Executable    the backend
+    stage          reads -> makes                    EMBER_DUMP writes
+    graph passes   graph -> graph                    NN-<pass>.ir (the default pipeline,
+                                                     the backend's layout passes, fusion)
+    lowering       graph -> program (L2)             lowered.ir, schedules.json (each
+                                                     tunable kernel's parameters, from the
+                                                     Tuning session: defaults, given back,
+                                                     or searched through the backend)
+    scheduling     program -> program                loops.ir (the default schedule)
+    memory plan    program -> arena offsets          memory-plan.txt
+    emission       program -> object code            llvm.ll, asm.s (the backend)
+    loading        object code -> Executable         (the backend)
 
-The target is resolved once, here (`Config.resolved`): the levels are given it.
+The target is resolved once, here (`resolve`): the levels are given it.
 """
 
 from __future__ import annotations
@@ -114,20 +115,22 @@ def lower_to_program(graph: Graph, config: Config, timings: dict | None = None,
     stages = _Stages({} if timings is None else timings)
     optimized = stages.run("graph passes", lambda: PassManager(
         graph_pipeline(config, backend)).run(clone_graph(graph)))
-    loops_text = _dump_text("loops.ir", lambda p: print_program(p, constants="elide"))
+    def loop_ir(file: str) -> Callable[[Any, Path], None]:
+        return _dump_text(file, lambda program: print_program(program, constants="elide"))
+
     with reproduced("lowering to loops", optimized, "python -m ember lower {input} -p ''"):
         tuning = tuning_session(config, backend)
         program = stages.run("lowering", lambda: lower_graph(optimized, target, tuning),
-                             _dump_text("lowered.ir",
-                                        lambda p: print_program(p, constants="elide")))
+                             loop_ir("lowered.ir"))
         if stages.folder is not None:
             write_atomically(stages.folder / "schedules.json", _schedules_text(tuning))
         if schedules is not None:
             schedules.update(tuning.chosen)
         program = stages.run("scheduling",
                              lambda: verify_program(schedule_program(program, target)),
-                             loops_text)
-        plan = stages.run("memory plan", lambda: plan_memory(program))
+                             loop_ir("loops.ir"))
+        plan = stages.run("memory plan", lambda: plan_memory(program),
+                          _dump_text("memory-plan.txt", lambda plan: plan.report() + "\n"))
     return program, plan
 
 

@@ -122,14 +122,10 @@ class GemmSchedule:
     # Split rows into groups until there are this many parallel tasks (each packs its own B
     # block: on one thread, 256^3 ran at 107, 100 and 95 GFLOP/s with 1, 4 and 8 tasks).
     parallel: int = 4
-    # The row tiles outside the panels: a tile's rows of A stay in L1 while B's panels
-    # stream past them, instead of one panel of B staying while the rows stream.
-    rows_outer: bool = False
 
     def __str__(self) -> str:
         return (f"gemm(mr={self.mr}, nr={self.nr}, kc={self.kc}, mc={self.mc}, nc={self.nc},"
-                f" pack_a={self.pack_a}, parallel={self.parallel},"
-                f" rows_outer={self.rows_outer})")
+                f" pack_a={self.pack_a}, parallel={self.parallel})")
 
 
 @dataclass(frozen=True)
@@ -225,7 +221,7 @@ def default_tile(rows: int, batched: bool, n: int, target: Target) -> GemmSchedu
     so that the micro-kernel reads them in place."""
     width = matvec_width(target)
     if matrix_vector(rows, batched) and n >= width:
-        return GemmSchedule(mr=2, nr=width, **cache_blocks(target, 2, width))
+        return GemmSchedule(mr=2, nr=width)
     return matrix_tile(target)
 
 
@@ -268,11 +264,6 @@ def register_tile(target: Target, vectors: int = 2) -> tuple[int, int]:
 MAX_TILE_ROWS = 8
 
 
-def cache_blocks(target: Target, mr: int, nr: int) -> dict[str, int]:
-    """The blocks (kc, mc, nc) around an mr x nr tile on `target`: see GemmSchedule."""
-    return {}
-
-
 def conv_tile(target: Target) -> tuple[int, int]:
     """(mr, nr) of an implicit-GEMM convolution's micro-kernel on `target`: CONV_COLUMNS
     output positions across (wider tiles leave fewer panels inside an output row) and as
@@ -290,7 +281,7 @@ CONV_COLUMNS = 16
 def matrix_tile(target: Target) -> GemmSchedule:
     """The default schedule of a matmul with more than two rows on `target`."""
     mr, nr = register_tile(target)
-    return GemmSchedule(mr=mr, nr=nr, **cache_blocks(target, mr, nr))
+    return GemmSchedule(mr=mr, nr=nr)
 
 
 def _ceil(a: int, b: int) -> int:
@@ -348,7 +339,6 @@ class _Builder:
         self.nmg = groups
         self.per_group = _ceil(_ceil(self.tiles, groups), self.mcp)  # the most blocks
         self.pack_a = s.pack_a if s.pack_a is not None else not isinstance(g.a, Load)
-        self.rows_outer = s.rows_outer
         self.acc = ctx.local(F32, (self.mr, self.nr))
         # With transcendental math in the stores (a fused GELU), writing the unrolled tile
         # at once gives LLVM mr * nr / lanes polynomials to interleave, more live values
@@ -533,15 +523,9 @@ class _Builder:
         stmts = self.copy_a(batch, ib, k0) if self.ap is not None else []
         jr_stop = _min(self.ncp, (Const(g.n) - j0 + (self.nr - 1)) // self.nr)
         ir_stop = _min(self.mcp, last - tile0)
-        def tile(ir: Expr, jr: Expr) -> list[Stmt]:
-            return self.tile(batch, ib + ir * self.mr, j0 + jr * self.nr, (ic, ir, jr), k0, pc)
-
-        if self.rows_outer:
-            stmts += self.loop("ir", ir_stop, lambda ir: self.loop(
-                "jr", jr_stop, lambda jr: tile(ir, jr)))
-        else:
-            stmts += self.loop("jr", jr_stop, lambda jr: self.loop(
-                "ir", ir_stop, lambda ir: tile(ir, jr)))
+        stmts += self.loop("jr", jr_stop, lambda jr: self.loop(
+            "ir", ir_stop, lambda ir: self.tile(batch, ib + ir * self.mr, j0 + jr * self.nr,
+                                                (ic, ir, jr), k0, pc)))
         return stmts
 
     def tile_loops(self, body, rows: Expr | int, cols: Expr | int,
