@@ -50,7 +50,7 @@ from ember.loops.ir import (
     binary,
 )
 from ember.loops.lower.core import LowerContext, lowering
-from ember.loops.lower.ops.linalg import lane_chunks, vector_loop
+from ember.loops.schedules.lanes import lane_chunks, vector_loop
 
 # The defaults of the knobs a tuned compile searches (ember/loops/tune/knobs.py).
 KEY_BLOCK = 256  # keys per block: the scores of a group's rows take 4 KiB

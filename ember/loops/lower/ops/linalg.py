@@ -7,7 +7,7 @@ Windowed reads that can fall into the padding sit under an `If` on the input pos
 no kernel reads out of bounds; the checks are left out on axes that cannot leave the input.
 `conv_transpose` is a gather (each output element sums the kernel taps whose input
 position is integral and in range), not a scatter, so its output elements are independent.
-The pooling lowerings (pool.py) share the window helpers here.
+The window arithmetic that the pooling lowerings (pool.py) share is ember/loops/windows.py.
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ from ember.loops.schedules.gemm import (
     conv_tile,
     schedule_matmul,
 )
+from ember.loops.schedules.lanes import lane_chunks, largest_divisor, vector_loop
+from ember.loops.windows import all_of, position_checks, window_checks, window_position
 
 # -- shared helpers -----------------------------------------------------------------------
 
@@ -54,71 +56,8 @@ def compute_load(ctx: LowerContext, i: int, index: Sequence[Expr | int]) -> Expr
     return load if dtype.compute is dtype else Cast(dtype.compute, load)
 
 
-def vector_loop(ctx: LowerContext, count: Expr | int,
-                body: Callable[[Var], list[Stmt]]) -> For:
-    """A loop of kind `vectorized` over a fresh lane variable jj from 0 to `count`,
-    around body(jj)."""
-    jj = ctx.var("jj")
-    return For(jj, Const(0), Const(count) if isinstance(count, int) else count, body(jj), 1,
-               "vectorized")
-
-
-def lane_chunks(ctx: LowerContext, total: int, lanes: int,
-                body: Callable[[Expr], list[Stmt]]) -> list[Stmt]:
-    """body(i) for i = 0 .. total - 1, in vectorized loops of up to `lanes` (the last one
-    shorter when `lanes` does not divide `total`)."""
-    if total <= 0:
-        return []
-    width = min(lanes, total)
-    q = ctx.var("q")
-    count = binary("min", Const(width), binary("sub", total, q * width)) \
-        if total % width else Const(width)
-    return [For(q, Const(0), Const(-(-total // width)),
-                [vector_loop(ctx, count, lambda jj: body(q * width + jj))])]
-
-
-def largest_divisor(n: int, most: int) -> int:
-    """The largest divisor of `n` that is at most `most` (at least 1)."""
-    return max(d for d in range(1, max(1, most) + 1) if n % d == 0)
-
-
-def all_of(conds: Sequence[Expr]) -> Expr | None:
-    """The conjunction of `conds` (None when there are none)."""
-    result = None
-    for c in conds:
-        result = c if result is None else Binary("and", result, c)
-    return result
-
-
 def guarded(cond: Expr | None, stmts: list[Stmt]) -> list[Stmt]:
     return stmts if cond is None else [If(cond, stmts)]
-
-
-def window_position(out: Expr, tap: Expr, stride: int, pad_begin: int,
-                    dilation: int) -> Expr:
-    """The input position that window `out` reads at kernel tap `tap`."""
-    return out * stride + tap * dilation - pad_begin
-
-
-def position_checks(pos: Expr, size: int, low: int, high: int) -> list[Expr]:
-    """Conditions for 0 <= pos < size, given that pos always lies in [low, high]."""
-    conds = []
-    if low < 0:
-        conds.append(Binary("ge", pos, Const(0)))
-    if high >= size:
-        conds.append(Binary("lt", pos, Const(size)))
-    return conds
-
-
-def window_checks(positions: Sequence[Expr], sizes: Sequence[int], outs: Sequence[int],
-                  kernel: Sequence[int], strides: Sequence[int], pads_begin: Sequence[int],
-                  dilations: Sequence[int]) -> list[Expr]:
-    """The in-bounds conditions of windowed reads, only on axes where one can fail."""
-    conds = []
-    for pos, size, out, k, s, pb, d in zip(positions, sizes, outs, kernel, strides,
-                                           pads_begin, dilations):
-        conds += position_checks(pos, size, -pb, (out - 1) * s + (k - 1) * d - pb)
-    return conds
 
 
 def reduce_into(ctx: LowerContext, acc: Load, out_store: Callable[[Expr], Stmt],

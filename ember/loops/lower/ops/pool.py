@@ -35,17 +35,9 @@ from ember.loops.ir import (
     Var,
 )
 from ember.loops.lower.core import LowerContext, lowering
-from ember.loops.lower.ops.linalg import (
-    accumulator,
-    all_of,
-    compute_load,
-    largest_divisor,
-    reduce_into,
-    store_result,
-    vector_loop,
-    window_checks,
-    window_position,
-)
+from ember.loops.lower.ops.linalg import accumulator, compute_load, reduce_into, store_result
+from ember.loops.schedules.lanes import largest_divisor, vector_loop
+from ember.loops.windows import all_of, window_checks, window_position
 
 # -- max_pool / avg_pool ------------------------------------------------------------------
 

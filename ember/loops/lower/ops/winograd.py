@@ -25,7 +25,8 @@ from ember.errors import UnsupportedOpError
 from ember.graph.ops.winograd import output_tiles
 from ember.loops.ir import Const, Expr, For, Load, Stmt, Store
 from ember.loops.lower.core import LowerContext, lowering
-from ember.loops.lower.ops.linalg import lane_chunks, store_result
+from ember.loops.lower.ops.linalg import store_result
+from ember.loops.schedules.lanes import lane_chunks
 
 LANES = 16  # tiles per vector (one AVX-512 register of f32, two AVX2 ones)
 F32 = DType.f32
