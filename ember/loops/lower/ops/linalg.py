@@ -12,7 +12,6 @@ The window arithmetic that the pooling lowerings (pool.py) share is ember/loops/
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 
 from ember.dtypes import DType
@@ -35,14 +34,8 @@ from ember.loops.ir import (
     binary,
 )
 from ember.loops.lower.core import LowerContext, lowering
-from ember.loops.schedules.gemm import (
-    MIN_PARALLEL_FMAS,
-    Gemm,
-    GemmSchedule,
-    apply_gemm,
-    conv_tile,
-    schedule_matmul,
-)
+from ember.loops.schedules.conv import Conv2d, ConvAsGemm, schedule_conv_gemm
+from ember.loops.schedules.gemm import MIN_PARALLEL_FMAS, schedule_matmul
 from ember.loops.schedules.lanes import lane_chunks, largest_divisor, vector_loop
 from ember.loops.windows import all_of, position_checks, window_checks, window_position
 
@@ -180,12 +173,11 @@ def conv(ctx: LowerContext):
 
 
 def conv_gemm(ctx: LowerContext) -> list[Stmt] | None:
-    """The conv as out[n, m, p] = sum_k W[m, k] * col[n, k, p], blocked by the matmul
-    schedule, or None when it is not an f32 2-D conv with one group. k = (c, kh, kw) is
-    W's row-major layout and p = (oh, ow) the output's, so A is W read in place and C is
-    out[n] (M x P, contiguous); B is im2col, never stored: the schedule's packing of B
-    gathers it from x, with zeros for the padding (a select around a load at a clamped
-    position), so its packed panels are dense and the micro-kernel is the matmul's."""
+    """The conv as out[n, m, p] = sum_k W[m, k] * col[n, k, p], blocked by the implicit
+    GEMM schedule (ember/loops/schedules/conv.py), or None when it is not an f32 2-D conv
+    with one group. k = (c, kh, kw) is W's row-major layout and p = (oh, ow) the output's,
+    so A is W read in place and C is out[n] (M x P, contiguous); B is im2col, read from x
+    with zeros for the padding (a select around a load at a clamped position)."""
     x, w = ctx.inputs[:2]
     out = ctx.outputs[0]
     f32 = DType.f32
@@ -195,12 +187,13 @@ def conv_gemm(ctx: LowerContext) -> list[Stmt] | None:
         return None
     strides, pb, _, dilations = window_params(2, ctx.attrs["strides"], ctx.attrs["pads"],
                                               ctx.attrs["dilations"])
-    nb, m_out, oh_n, ow_n = out.shape
-    c_in, kh_n, kw_n = w.shape[1:]
+    geometry = Conv2d(*out.shape, w.shape[1], *x.shape[2:], tuple(w.shape[2:]), strides, pb,
+                      dilations)
+    oh_n, ow_n = out.shape[2:]
+    kh_n, kw_n = w.shape[2:]
     h, wd = x.shape[2:]
-    taps = kh_n * kw_n
     n, m, p, k = ctx.var("n"), ctx.var("m"), ctx.var("p"), ctx.var("k")
-    c, kh, kw = (k // taps, (k // kw_n) % kh_n, k % kw_n) if taps > 1 else (k, 0, 0)
+    c, kh, kw = geometry.split_k(k)
     oh, ow = p // ow_n, p % ow_n
     a = ctx.load(1, [m, c, kh, kw])
     position, conds = [], []
@@ -217,106 +210,8 @@ def conv_gemm(ctx: LowerContext) -> list[Stmt] | None:
         b = Select(all_of(conds), b, Const(0.0, f32))
     acc = accumulator(ctx)
     store = store_result(ctx, [n, m, oh, ow], _add_bias(ctx, acc, m))
-    # A is W read in place: its index splits k into (c, kh, kw), which code generation
-    # addresses by k itself (flatten_index), so copying A's blocks would only copy them
-    # (a 512-channel 3x3 conv at 7x7: 1.96 ms copied, 1.67 ms in place). K = c * kh * kw
-    # is summed in one pass up to 8192 (ResNet's deepest is 4608): passes over a workspace
-    # measured slower on 3x3 convs. A tuned compile searches the tile and blocks
-    # (ember/loops/tune/knobs.py).
-    lanes = ctx.target.lanes(f32)
-    mr, nr = conv_tile(ctx.target)
-    default = GemmSchedule(kc=8192, mr=mr, nr=nr)
-    chosen = ctx.knobs("conv_gemm", {"mr": default.mr, "nr": default.nr, "mc": default.mc,
-                                 "nc": default.nc, "parallel": default.parallel},
-                   mr=(4, 6, 8), nr=(lanes, 2 * lanes), mc=(48, 96, 192), nc=(128, 256, 512),
-                   parallel=(2, 4, 8))
-    schedule = dataclasses.replace(default, **chosen)
-
-    def b_panel(values: dict[str, Expr], col0: Expr, jj: Var) -> Expr:
-        """B at column col0 + jj without a division on the lane (vector code has none):
-        the lane's row is col0's plus how many row ends it passes (at most nr), counted by
-        compares."""
-        image, kk = values[n.name], values[k.name]
-        cc, th, tw = (kk // taps, (kk // kw_n) % kh_n, kk % kw_n) if taps > 1 else (kk, 0, 0)
-        e = col0 % ow_n + jj
-        wraps = [Select(binary("ge", e, t * ow_n), Const(1), Const(0))
-                 for t in range(1, (ow_n + schedule.nr - 2) // ow_n + 1)]
-        q = sum(wraps[1:], wraps[0]) if wraps else Const(0)
-        row, col = col0 // ow_n + q, e - q * ow_n
-        if not conds:  # every tap of every output inside x (ember/graph/passes/pad_convs.py)
-            if (oh_n * ow_n) % schedule.nr:  # lanes past N: their rows are clamped
-                row = Select(Binary("ge", row, Const(oh_n)), Const(oh_n - 1), row)
-            at = [window_position(o, tap, s_, 0, d_)
-                  for o, tap, s_, d_ in zip((row, col), (th, tw), strides, dilations)]
-            return ctx.load(0, [image, cc, *at])
-        at, inside = [], []
-        for o, tap, size, s_, pb_, d_ in zip((row, col), (th, tw), (h, wd), strides, pb,
-                                             dilations):
-            pos = window_position(o, tap, s_, pb_, d_)
-            inside += [Binary("ge", pos, Const(0)), Binary("lt", pos, Const(size))]
-            # Clamped with selects (integer min/max have no vector code); rows past the
-            # output (columns past N) are clamped too.
-            at.append(Select(Binary("lt", pos, Const(0)), Const(0),
-                             Select(Binary("ge", pos, Const(size)), Const(size - 1), pos)))
-        return Select(all_of(inside), ctx.load(0, [image, cc, *at]), Const(0.0, f32))
-
-    def b_segments(values: dict[str, Expr], col0: Expr, jj: Var) -> Expr:
-        """B at column col0 + jj for a conv without padding: the panel's lanes lie in a few
-        output rows (up to 4 for 7 columns a row), and the lanes of each row read a row
-        segment of x (every column at stride 1, every second at stride 2: a strided load),
-        one vector load masked to those lanes (a select around a load:
-        ember/codegen/vector.py), so no lane reads outside x."""
-        image, kk = values[n.name], values[k.name]
-        cc, th, tw = (kk // taps, (kk // kw_n) % kh_n, kk % kw_n) if taps > 1 else (kk, 0, 0)
-        (sh, sw), (dh, dw) = strides, dilations
-        c0, row0 = col0 % ow_n, col0 // ow_n
-        value: Expr = Const(0.0, f32)
-        for seg in reversed(range((ow_n + schedule.nr - 2) // ow_n + 1)):
-            row = row0 + seg
-            lanes = [binary("lt", jj, Const((seg + 1) * ow_n) - c0)]
-            if seg:
-                lanes.append(binary("ge", jj, Const(seg * ow_n) - c0))
-            if (oh_n * ow_n) % schedule.nr:  # the last panel's rows past the output
-                lanes.append(binary("lt", row, oh_n))
-                row = binary("min", row, oh_n - 1)
-            load = ctx.load(0, [image, cc, window_position(row, th, sh, 0, dh),
-                                window_position(c0 - seg * ow_n + jj, tw, sw, 0, dw)])
-            value = Select(all_of(lanes), load, value)
-        return value
-
-    def b_direct(col0: Expr):
-        """At column stride 1, a panel inside one output row whose every tap reads inside
-        the input row is a row segment of x: one vector load per k (the input row, the
-        same for every lane, may still be padding: a uniform select)."""
-        (sh, _), (ph, pw), (dh, dw) = strides, pb, dilations  # column stride 1
-        c0, row = col0 % ow_n, col0 // ow_n
-        cond = all_of([binary("le", c0 + schedule.nr, ow_n), binary("ge", c0 - pw, 0),
-                       binary("le", c0 + (schedule.nr - 1) + (kw_n - 1) * dw - pw, wd - 1)])
-
-        def value(values: dict[str, Expr], jj: Var) -> Expr:
-            image, kk = values[n.name], values[k.name]
-            cc, th, tw = (kk // taps, (kk // kw_n) % kh_n, kk % kw_n) if taps > 1 else (kk, 0, 0)
-            ih = window_position(row, th, sh, ph, dh)
-            if not conds:  # no padding: the panel's row is inside x
-                return ctx.load(0, [image, cc, ih, c0 + tw * dw + jj])
-            at = Select(Binary("lt", ih, Const(0)), Const(0),
-                        Select(Binary("ge", ih, Const(h)), Const(h - 1), ih))
-            load = ctx.load(0, [image, cc, at, c0 - pw + tw * dw + jj])
-            inside = Binary("and", Binary("ge", ih, Const(0)), Binary("lt", ih, Const(h)))
-            return Select(inside, load, Const(0.0, f32))
-
-        return cond, value
-
-    # A 1x1 conv with stride 1 and no padding reads B = x[n] as it lies (K x P, rows
-    # contiguous): its panels are packed from vector loads, no gather needed.
-    direct = taps == 1 and not conds and all(s_ == 1 for s_ in strides)
-    segments = not conds and strides[1] <= MAX_LOAD_STRIDE
-    g = Gemm(((n.name, nb),), m.name, m_out, p.name, oh_n * ow_n, k.name,
-             c_in * taps, a, b, acc.buffer, store,
-             None if direct else b_segments if segments else b_panel,
-             b_direct if not direct and strides[1] == 1 and ow_n >= schedule.nr else None,
-             b_rows_contiguous=direct)
-    return apply_gemm(ctx, g, schedule)
+    return schedule_conv_gemm(ctx, ConvAsGemm(geometry, n, m, p, k, a, b, bool(conds),
+                                              acc.buffer, store, lambda i: ctx.load(0, i)))
 
 
 # The defaults of the knobs a tuned compile searches (ember/loops/tune/knobs.py).
