@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 from ember.dtypes import DType
 from ember.errors import UnsupportedOpError
 from ember.graph.ops.linalg import window_params
-from ember.loops.analysis import MAX_LOAD_STRIDE
 from ember.loops.ir import (
     Binary,
     Cast,
@@ -34,9 +33,10 @@ from ember.loops.ir import (
     binary,
 )
 from ember.loops.lower.core import LowerContext, lowering
-from ember.loops.schedules.conv import Conv2d, ConvAsGemm, schedule_conv_gemm
+from ember.loops.schedules.conv import Conv2d, ConvAsGemm, ConvTerms, schedule_conv_gemm
+from ember.loops.schedules.depthwise import schedule_depthwise_conv
 from ember.loops.schedules.gemm import MIN_PARALLEL_FMAS, schedule_matmul
-from ember.loops.schedules.lanes import lane_chunks, largest_divisor, vector_loop
+from ember.loops.schedules.lanes import vector_loop
 from ember.loops.windows import all_of, position_checks, window_checks, window_position
 
 # -- shared helpers -----------------------------------------------------------------------
@@ -163,6 +163,14 @@ def _add_bias(ctx: LowerContext, value: Expr, channel: Expr) -> Expr:
     return Binary("add", value, compute_load(ctx, 2, [channel]))
 
 
+def conv_terms(ctx: LowerContext) -> ConvTerms:
+    """A direct conv schedule's reads of x and w, and its store of a sum at [n, m, row,
+    col] with the bias added (f32 operands: no widening)."""
+    return ConvTerms(lambda index: ctx.load(0, index), lambda index: ctx.load(1, index),
+                     lambda index, value: store_result(ctx, index,
+                                                       _add_bias(ctx, value, index[1])))
+
+
 @lowering("conv")
 def conv(ctx: LowerContext):
     """An f32 2-D conv with one group is a GEMM per image (implicit GEMM, `conv_gemm`); a
@@ -214,41 +222,10 @@ def conv_gemm(ctx: LowerContext) -> list[Stmt] | None:
                                               acc.buffer, store, lambda i: ctx.load(0, i)))
 
 
-# The defaults of the knobs a tuned compile searches (ember/loops/tune/knobs.py).
-DEPTHWISE_LANES = 16  # output columns per vector: one AVX-512 or two AVX2 registers
-DEPTHWISE_CHAINS = 8  # output vectors summed at once (accumulators held in registers)
-MAX_DEPTHWISE_PLANE = 1 << 16  # floats (256 KiB) of padded plane, on each thread's stack
-
-
 def depthwise_conv(ctx: LowerContext) -> list[Stmt] | None:
-    """An f32 2-D depthwise conv (one input channel per output channel), or None for any
-    other conv. Per (image, channel), the channel is first copied into a zero-padded local
-    plane (its columns dealt into `stride` phases), so that every tap reads in bounds with
-    no test and consecutive outputs read consecutive plane elements; then a group of
-    output vectors (R rows by U blocks of L columns) sums the taps in register-held locals,
-    one accumulator a vector:
-
-        for %nc = 0 to N * C {                            (parallel, by the default schedule)
-          %pad = 0;  %pad[ih + pt, (pl + iw) % s, (pl + iw) // s] = x[n, c, ih, iw]
-          for %oh = 0 to OH / R { for %ow0 = 0 to ceil(OW / L) / U {
-            (r < R, u < U unrolled; row = oh * R + r, col0 = (ow0 * U + u) * L)
-            for %jj = 0 to L vectorized { %acc[r * U + u, %jj] = 0.0 }
-            for %kh unrolled { for %kw unrolled { (r, u) { for %jj = 0 to L vectorized {
-              %acc[r * U + u, %jj] = fma(%pad[row * sh + kh * dh, (kw * dw) % s,
-                                              col0 + jj + (kw * dw) // s],
-                                         w[c, 0, kh, kw], %acc[r * U + u, %jj])
-            } } } }
-            for %jj = 0 to min(L, OW - col0) vectorized {
-              out[n, c, row, col0 + jj] = %acc[r * U + u, %jj] (+ bias) }
-          } }
-        }
-
-    Each tap is one vector load. At stride s > 1 the copy fills each phase with vectors of
-    strided loads (every s-th input column: ember/codegen/vector.py); past
-    MAX_LOAD_STRIDE it deals a row in one serial loop whose iteration stores s phases from
-    s consecutive input columns, for LLVM's vectorizer. The lanes past the row's end (in
-    its last block) read the plane's zero columns and are not stored. A plane too large
-    for a thread's stack keeps the plain nest."""
+    """An f32 2-D depthwise conv (one input channel per output channel) through its schedule
+    (ember/loops/schedules/depthwise.py), or None for any other conv or one the schedule
+    does not take."""
     x, w = ctx.inputs[:2]
     out = ctx.outputs[0]
     f32 = DType.f32
@@ -256,123 +233,11 @@ def depthwise_conv(ctx: LowerContext) -> list[Stmt] | None:
             or w.shape[0] != x.shape[1] or w.shape[1] != 1
             or any(b.dtype is not f32 for b in (*ctx.inputs, out)) or 0 in out.shape):
         return None
-    (sh, sw), (pt, pl), _, (dh, dw) = window_params(2, ctx.attrs["strides"],
-                                                    ctx.attrs["pads"], ctx.attrs["dilations"])
-    nb, channels, oh_n, ow_n = out.shape
-    kh_n, kw_n = w.shape[2:]
-    h, wd = x.shape[2:]
-    # Rows of an odd width (7 columns) measured slower with several chains (960 channels
-    # 7x7: 0.046 -> 0.064 ms) and keep one by default (see `chains` below).
-    chosen = ctx.knobs("depthwise_conv", {"lanes": DEPTHWISE_LANES,
-                                      "chains": DEPTHWISE_CHAINS if ow_n % 2 == 0 else 1},
-                   lanes=(8, 16, 32), chains=(1, 2, 4, 8, 12))
-    lanes = min(chosen["lanes"], ow_n)
-    blocks = (ow_n + lanes - 1) // lanes
-    # The plane's rows and columns: what the taps of every (padded) output position read.
-    # At column stride s its columns are dealt into s phases (column c at phase c % s,
-    # position c // s), so that the columns a tap reads for consecutive outputs lie next
-    # to each other: one vector load per tap at any stride.
-    rows = (oh_n - 1) * sh + (kh_n - 1) * dh + 1
-    cols = (blocks * lanes - 1) * sw + (kw_n - 1) * dw + 1
-    per_phase = (cols + sw - 1) // sw
-    row_size = sw * per_phase
-    if rows * row_size > MAX_DEPTHWISE_PLANE:
-        return None
-    # The plane rounded up to whole vectors, so that zeroing it is loops of constant
-    # trips: a write the verifier sees (locals are private to each parallel iteration).
-    plane = (rows * row_size + lanes - 1) // lanes * lanes
-    # Several output vectors summed together, each its own chain of FMAs: one vector's 9
-    # taps wait on each other (4 cycles each), several vectors' interleave, and vertical
-    # neighbours share the loads of their common rows. A group is `down` rows times
-    # `across` blocks of a row, up to DEPTHWISE_CHAINS vectors (144 channels 56x56: 0.26
-    # -> 0.15 ms; 32 channels 112x112: 0.22 -> 0.13).
-    chains = chosen["chains"]
-    down = largest_divisor(oh_n, chains)
-    across = largest_divisor(blocks, chains // down)
-    pad, acc = ctx.local(f32, (plane,)), ctx.local(f32, (down * across, lanes))
-    nc, oh, ow0, kh, kw, r, u = (ctx.var(v) for v in ("nc", "oh", "ow0", "kh", "kw", "r", "u"))
-    n, c = (nc // channels, nc % channels) if nb > 1 else (Const(0), nc)
-    col0 = (ow0 * across + u) * lanes
-    row = oh * down + r
-    chain = r * across + u
-
-    def chunks(total: int, body: Callable[[Expr], list[Stmt]]) -> list[Stmt]:
-        return lane_chunks(ctx, total, lanes, body)
-
-    zero = chunks(plane, lambda i: [Store(pad.name, (i,), Const(0.0, f32))])
-    # Input rows that land in the plane, and per phase the positions whose input column
-    # iw = q * s + phase - pl is in the row (the rest stay zero: the padding).
-    first_row, last_row = max(0, -pt), min(h, rows - pt)
-    ih = ctx.var("ih")
-    copies: list[Stmt] = []
-
-    def deal(phase: int, i: Expr) -> Store:
-        return Store(pad.name, (((ih + pt) * sw + phase) * per_phase + i,),
-                     ctx.load(0, [n, c, ih, i * sw + phase - pl]))
-
-    spans = {}  # phase -> the positions whose input column is in the row
-    for phase in range(sw):
-        low = max(0, -(-(pl - phase) // sw))
-        high = min(per_phase - 1, (wd - 1 + pl - phase) // sw)
-        if high >= low:
-            spans[phase] = (low, high)
-    if sw <= MAX_LOAD_STRIDE:
-        # Per phase, vectors of its positions: at stride s > 1 each reads every s-th input
-        # column, a strided load (144 channels 56x56 at stride 2: 0.21 -> 0.12 ms, against
-        # LLVM's vectorization of the loop below).
-        for phase, (low, high) in spans.items():
-            copies += chunks(high - low + 1, lambda i, phase=phase, low=low: [
-                deal(phase, low + i)])
-    elif spans:
-        # Every phase in one serial loop over the positions they share: the loads of an
-        # iteration are consecutive input columns, which LLVM's vectorizer reads as wide
-        # loads and deals with shuffles (a gather per phase measured 20% slower).
-        common = (max(lo for lo, _ in spans.values()), min(hi for _, hi in spans.values()))
-        if common[1] >= common[0]:
-            i = ctx.var("i")
-            copies.append(For(i, Const(common[0]), Const(common[1] + 1),
-                              [deal(phase, i) for phase in spans]))
-            rest = {phase: [(low, common[0] - 1), (common[1] + 1, high)]
-                    for phase, (low, high) in spans.items()}
-        else:
-            rest = {phase: [span] for phase, span in spans.items()}
-        for phase, ranges in rest.items():
-            for lo, hi in ranges:
-                if hi >= lo:
-                    j = ctx.var("i")
-                    copies.append(For(j, Const(lo), Const(hi + 1), [deal(phase, j)]))
-    copy = [For(ih, Const(first_row), Const(last_row), copies)]
-
-    def tap(jj: Var) -> list[Stmt]:
-        # Padded column (col0 + jj) * s + kw * d: phase (kw * d) % s, position
-        # col0 + jj + (kw * d) // s.
-        shift = kw * dw
-        at = (row * sh + kh * dh) * row_size + binary("mod", shift, sw) * per_phase + \
-            col0 + jj + binary("floordiv", shift, sw)
-        value = Fma(Load(pad.name, (at,), f32), ctx.load(1, [c, 0, kh, kw]),
-                    Load(acc.name, (chain, jj), f32))
-        return [Store(acc.name, (chain, jj), value)]
-
-    def each_block(body: list[Stmt]) -> For:
-        return For(r, Const(0), Const(down), [For(u, Const(0), Const(across), body, 1,
-                                                  "unrolled")], 1, "unrolled")
-
-    # Every lane runs but the store's: constant trips keep the accumulator in registers,
-    # and it is written before it is read in each iteration, which makes the outer loops
-    # parallel (locals are private to each thread).
-    full = Const(lanes)
-    stop = binary("min", full, binary("sub", ow_n, col0)) if ow_n % lanes else full
-    body = [each_block([vector_loop(ctx, full, lambda jj: [Store(acc.name, (chain, jj),
-                                                            Const(0.0, f32))])]),
-            For(kh, Const(0), Const(kh_n),
-                [For(kw, Const(0), Const(kw_n), [each_block([vector_loop(ctx, full, tap)])], 1,
-                     "unrolled")], 1, "unrolled"),
-            each_block([vector_loop(ctx, stop, lambda jj: [store_result(
-                ctx, [n, c, row, col0 + jj], _add_bias(ctx, Load(acc.name, (chain, jj), f32),
-                                                        c))])])]
-    return [For(nc, Const(0), Const(nb * channels),
-                [*zero, *copy, For(oh, Const(0), Const(oh_n // down),
-                                   [For(ow0, Const(0), Const(blocks // across), body)])])]
+    strides, pb, _, dilations = window_params(2, ctx.attrs["strides"], ctx.attrs["pads"],
+                                              ctx.attrs["dilations"])
+    geometry = Conv2d(*out.shape, 1, *x.shape[2:], tuple(w.shape[2:]), strides, pb,
+                      dilations)
+    return schedule_depthwise_conv(ctx, geometry, conv_terms(ctx))
 
 
 PACKED_CONV_ROWS = 7  # output positions per tile: 7 x 32 lanes is 14 accumulators
