@@ -7,7 +7,8 @@ Windowed reads that can fall into the padding sit under an `If` on the input pos
 no kernel reads out of bounds; the checks are left out on axes that cannot leave the input.
 `conv_transpose` is a gather (each output element sums the kernel taps whose input
 position is integral and in range), not a scatter, so its output elements are independent.
-The window arithmetic that the pooling lowerings (pool.py) share is ember/loops/windows.py.
+The window arithmetic is ember/loops/windows.py; the fast convs are scheduled nests from
+ember/loops/schedules/ (conv.py, depthwise.py, packed_conv.py).
 """
 
 from __future__ import annotations
@@ -17,26 +18,12 @@ from collections.abc import Callable, Sequence
 from ember.dtypes import DType
 from ember.errors import UnsupportedOpError
 from ember.graph.ops.linalg import window_params
-from ember.loops.ir import (
-    Binary,
-    Cast,
-    Const,
-    Expr,
-    Fma,
-    For,
-    If,
-    Load,
-    Select,
-    Stmt,
-    Store,
-    Var,
-    binary,
-)
+from ember.loops.ir import Binary, Cast, Const, Expr, If, Load, Select, Stmt, Store, Var, binary
 from ember.loops.lower.core import LowerContext, lowering
 from ember.loops.schedules.conv import Conv2d, ConvAsGemm, ConvTerms, schedule_conv_gemm
 from ember.loops.schedules.depthwise import schedule_depthwise_conv
-from ember.loops.schedules.gemm import MIN_PARALLEL_FMAS, schedule_matmul
-from ember.loops.schedules.lanes import vector_loop
+from ember.loops.schedules.gemm import schedule_matmul
+from ember.loops.schedules.packed_conv import schedule_packed_conv
 from ember.loops.windows import all_of, position_checks, window_checks, window_position
 
 # -- shared helpers -----------------------------------------------------------------------
@@ -174,8 +161,8 @@ def conv_terms(ctx: LowerContext) -> ConvTerms:
 @lowering("conv")
 def conv(ctx: LowerContext):
     """An f32 2-D conv with one group is a GEMM per image (implicit GEMM, `conv_gemm`); a
-    depthwise one sums its taps on vectors of output columns (`depthwise_conv`); other
-    convs get the plain nest: per output element, a sum over (c, taps)."""
+    depthwise one sums its taps on vectors of output columns (`depthwise_conv`); other convs
+    get the plain nest: per output element, a sum over (c, taps)."""
     fast = conv_gemm(ctx) or depthwise_conv(ctx)
     return fast if fast is not None else plain_conv(ctx)
 
@@ -240,105 +227,22 @@ def depthwise_conv(ctx: LowerContext) -> list[Stmt] | None:
     return schedule_depthwise_conv(ctx, geometry, conv_terms(ctx))
 
 
-PACKED_CONV_ROWS = 7  # output positions per tile: 7 x 32 lanes is 14 accumulators
-
-
-def packed_conv_rows(positions: int) -> int:
-    """Output positions per tile for a plane of `positions`: a divisor of it near
-    PACKED_CONV_ROWS when there is one (7x7 and 14x14 planes take 7), so that no tile
-    computes positions past the plane."""
-    for rows in (PACKED_CONV_ROWS, 8, 6):
-        if positions % rows == 0:
-            return rows
-    return min(PACKED_CONV_ROWS, positions)
-
-
 @lowering("packed_conv")
 def packed_conv(ctx: LowerContext) -> list[Stmt]:
     """A conv whose weights are packed in panels of L output channels (ember/graph/ops/
-    linalg.py), with the output channels in the vector lanes: a tile is R output positions
-    by one panel, R * L / 16 register-held accumulators; per (c, kh, kw) it loads one row
-    of the panel and broadcasts R input elements:
-
-        for %t = 0 to N * (M / L) * ceil(P / R) parallel {
-          (n, q, p0) from t
-          %acc[r, jj] = 0
-          for %c = 0 to C { for %kh unrolled { for %kw unrolled { (r < R unrolled) {
-            for %jj = 0 to L vectorized {
-              %acc[r, jj] = fma(x[n, c, oh(p0 + r) * sh + kh * dh, ow(p0 + r) * sw + kw * dw],
-                                wp[q, (c * KH + kh) * KW + kw, jj], %acc[r, jj])
-          } } } } }
-          %sums[r, jj] = %acc[r, jj]                       (r unrolled, jj vectorized)
-          for %jj = 0 to L { for %r = 0 to min(R, P - p0) vectorized {
-            out[n, q * L + jj, oh(p0 + r), ow(p0 + r)] = %sums[r, jj] (+ bias) } }
-        }
-
-    The write-back puts positions in the lanes: per output channel, the tile's positions
-    are one contiguous store, read from the sums by a gather; the sum reads every operand
-    contiguously or as a broadcast. On a 7x7 plane the conv GEMM's
-    16-position panels would leave 15 of 64 lanes idle; here none are when M is a
-    multiple of L."""
+    linalg.py), wp[panel, (c * KH + kh) * KW + kw, lane], through its schedule
+    (ember/loops/schedules/packed_conv.py: output channels in the lanes)."""
     x, wp = ctx.inputs[:2]
     out = ctx.outputs[0]
     f32 = DType.f32
     if any(b.dtype is not f32 for b in (*ctx.inputs, out)):
         raise UnsupportedOpError(f"packed_conv on {x.dtype}: only f32 is implemented")
-    (sh, sw), _, _, (dh, dw) = window_params(2, ctx.attrs["strides"], (),
-                                             ctx.attrs["dilations"])
-    kh_n, kw_n = ctx.attrs["kernel_shape"]
-    nb, m_out, oh_n, ow_n = out.shape
+    strides, pb, _, dilations = window_params(2, ctx.attrs["strides"], (),
+                                              ctx.attrs["dilations"])
+    geometry = Conv2d(*out.shape, x.shape[1], *x.shape[2:], tuple(ctx.attrs["kernel_shape"]),
+                      strides, pb, dilations)
     panels, _, lanes = wp.shape
-    c_in = x.shape[1]
-    positions = oh_n * ow_n
-    rows = packed_conv_rows(positions)
-    tiles = -(-positions // rows)
-    acc = ctx.local(f32, (rows, lanes))
-    t, c, kh, kw, r = (ctx.var(v) for v in ("task", "c", "kh", "kw", "r"))
-    n = t // (panels * tiles) if nb > 1 else Const(0)
-    q, p0 = (t // tiles) % panels, (t % tiles) * rows
-    p = p0 + r
-    if positions % rows:  # the last tile's rows past the plane read its last position
-        p = binary("min", p, positions - 1)
-    oh, ow = p // ow_n, p % ow_n
-
-    def each_row(body: list[Stmt]) -> For:
-        return For(r, Const(0), Const(rows), body, 1, "unrolled")
-
-    def tap(jj: Var) -> list[Stmt]:
-        k = (c * kh_n + kh) * kw_n + kw
-        value = Fma(ctx.load(0, [n, c, oh * sh + kh * dh, ow * sw + kw * dw]),
-                    ctx.load(1, [q, k, jj]), Load(acc.name, (r, jj), f32))
-        return [Store(acc.name, (r, jj), value)]
-
-    # The write-back puts the tile's positions in the lanes, one output channel at a time:
-    # a tile's positions are consecutive in the plane, so each channel's are one contiguous
-    # (masked) store, and a fused epilogue reads its other operands (a residual) the same
-    # way. The sums are read across their rows, a gather, from a copy of the accumulators:
-    # a gather from the accumulators themselves would keep LLVM from holding them in
-    # registers through the sum (ResNet's packed convs ran 2-3x slower that way).
-    sums = ctx.local(f32, (rows, lanes))
-    copy = vector_loop(ctx, lanes, lambda jj: [Store(sums.name, (r, jj),
-                                                     Load(acc.name, (r, jj), f32))])
-    jj, pr = ctx.var("jj"), ctx.var("r")
-    m = q * lanes + jj
-    p_out = p0 + pr
-    written = binary("min", Const(rows), Const(positions) - p0) if positions % rows \
-        else Const(rows)
-    store = store_result(ctx, [n, m, p_out // ow_n, p_out % ow_n],
-                         _add_bias(ctx, Load(sums.name, (pr, jj), f32), m))
-    write_back = For(jj, Const(0), Const(lanes),
-                     [For(pr, Const(0), written, [store], 1, "vectorized")])
-    zero = vector_loop(ctx, lanes, lambda jj: [Store(acc.name, (r, jj), Const(0.0, f32))])
-    taps = For(kh, Const(0), Const(kh_n),
-               [For(kw, Const(0), Const(kw_n), [each_row([vector_loop(ctx, lanes, tap)])], 1,
-                    "unrolled")], 1, "unrolled")
-    body = [each_row([zero]), For(c, Const(0), Const(c_in), [taps]), each_row([copy]),
-            write_back]
-    # Tasks write disjoint tiles, which the default schedule cannot see through t's
-    # division into (n, q, p0): the loop is made parallel here, as the GEMM's is.
-    work = nb * m_out * positions * c_in * kh_n * kw_n
-    kind = "parallel" if work >= MIN_PARALLEL_FMAS else "serial"
-    return [For(t, Const(0), Const(nb * panels * tiles), body, 1, kind)]
+    return schedule_packed_conv(ctx, geometry, panels, lanes, conv_terms(ctx))
 
 
 def plain_conv(ctx: LowerContext) -> list[Stmt]:
