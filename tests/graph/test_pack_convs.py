@@ -1,5 +1,5 @@
 """The pack_convs pass (ember/graph/passes/pack_convs.py) and the kernel it chooses
-(`packed_conv`, ember/loops/lower/ops/linalg.py): convs on small planes with constant
+(`packed_conv`, ember/loops/schedules/packed_conv.py): convs on small planes with constant
 weights and long sums get packed weights and output channels in the vector lanes; others
 keep the implicit GEMM. Values: compiled against the interpreter on the graph before the
 pass, on planes whose positions fill whole tiles and ones that leave a partial last tile,

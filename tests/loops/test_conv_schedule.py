@@ -1,4 +1,4 @@
-"""Convs through the matmul schedule (implicit GEMM, ember/loops/lower/ops/linalg.py
+"""Convs through the matmul schedule (implicit GEMM, ember/loops/schedules/conv.py
 `conv_gemm`): an f32 2-D conv with one group is out[n] = W (M x K) times im2col(x[n])
 (K x P), its B panels packed from x through the window index with zeros for the padding.
 

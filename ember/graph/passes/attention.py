@@ -1,5 +1,5 @@
 """Find scaled dot-product attention and make it one `graph.attention` op, which lowers to
-a kernel with an online softmax (ember/loops/lower/ops/attention.py).
+a kernel with an online softmax (ember/loops/schedules/attention.py).
 
 The pattern is what torch.export makes of `F.scaled_dot_product_attention` (BERT, GPT-2),
 with the scale already multiplied into q and k, and what ONNX exports of BERT hold:

@@ -3,7 +3,7 @@ channels in the vector lanes.
 
     conv(x, W, b) {pads = 0}  ->  packed_conv(x, Wp, b)    Wp[q, k, l] = W[q * L + l, k]
 
-The implicit GEMM (ember/loops/lower/ops/linalg.py `conv_gemm`) puts output positions in
+The implicit GEMM (ember/loops/schedules/conv.py) puts output positions in
 the lanes, 16 to a vector: a 7x7 plane's 49 positions take 64 lanes, and its write-back
 is contiguous. `packed_conv` puts output channels there instead (every lane busy when M is
 a multiple of 16) and reads the weights as packed panels, contiguous per k, at the price

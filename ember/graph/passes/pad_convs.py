@@ -3,7 +3,7 @@
     conv(x, W, b) {pads = [1, 1, 1, 1]}  ->  conv(pad(x, [0, 0, 1, 1, 0, 0, 1, 1]), W, b) {pads = 0}
 
 This is for the convolutions that lower to an implicit GEMM (f32, two spatial axes, one
-group; ember/loops/lower/ops/linalg.py `conv_gemm`), whose packing reads the input as the
+group; ember/loops/schedules/conv.py), whose packing reads the input as the
 columns of B. Without padding in the conv, every tap of every output lies inside its input:
 the packing has no bounds tests and no selects, and at column stride 1 each panel inside an
 output row is a row segment of the padded input, one vector load per k. The pad op copies

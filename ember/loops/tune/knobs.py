@@ -1,8 +1,9 @@
-"""Tuning the parameters of a kernel's lowering ("knobs"): the rows a depthwise conv sums
+"""Tuning the parameters of a kernel's schedule ("knobs"): the rows a depthwise conv sums
 at once, an attention kernel's block of keys, a pool's vector width.
 
-A lowering asks its context for its parameters by name, with their defaults and the values
-worth trying:
+A schedule (ember/loops/schedules/) asks the lowering context for its parameters by name,
+with their defaults and the values worth trying (declared as data, `PARAMETERS`, and asked
+for by `params.chosen`):
 
     k = ctx.knobs("attention", {"key_block": 256, "row_group": 4}, key_block=(64, 128, 256),
                   row_group=(2, 4, 6, 8))

@@ -1,7 +1,7 @@
 """graph.attention: its type rules, its reference, the fuse_attention pass that forms it
 from what torch.export makes of scaled dot-product attention and from the sdpa composite,
 and its kernel (an online
-softmax over blocks of keys, ember/loops/lower/ops/attention.py) against the reference:
+softmax over blocks of keys, ember/loops/schedules/attention.py) against the reference:
 masks, rows whose keys are all masked, key counts that are not a multiple of the block,
 query rows that are not a multiple of the row group."""
 

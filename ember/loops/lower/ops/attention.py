@@ -1,69 +1,16 @@
-"""Scaled dot-product attention as one kernel with an online softmax (FlashAttention's
-recurrence, for a group of query rows): the scores of a row are never stored whole.
-
-For each batch index b (any number of batch dims) and group of ROW_GROUP query rows, the
-keys are taken in blocks of at most KEY_BLOCK:
-
-    top = -inf; total = 0; acc[0:E] = 0                                        per row
-    for each block of keys [k0, k0 + n):
-      s[0:n] = q[b, i, :] @ kt[b, :, k0:k0+n] * scale (+ mask[b, i, k0:k0+n])
-      new = max(top, max(s))
-      corr = exp(top - new); s = exp(s - new)            (0 and unchanged where new is -inf)
-      total = total * corr + sum(s)
-      acc = acc * corr + s @ v[b, k0:k0+n, :]
-      top = new
-    out[b, i, :] = acc / total                 (0 for a row of -inf scores, empty_rows_zero)
-
-so a block rescales what came before it by exp(old max - new max). The two products are
-register tiles, the group's rows by TILE_VECTORS vectors of keys (of output columns for
-`s @ v`) with the sum along the innermost serial loop: each load of kt or v serves every
-row of the group, each load of q or s a row of vectors. A block's max and sum are
-vectorized loops that reduce across their lanes (ember/codegen/vector.py): as serial
-loops they were chains of dependent instructions as long as the block, and the kernel
-took 2x the time of the unfused GEMMs and softmax; now it takes less (12 heads of 64, one
-thread: 0.53 ms for the kernel at sequence 128, the unfused graph 0.64 in all; 137 against
-168 ms at 2048). The batch loop is the one the default schedule parallelizes. f32 only:
-the graph pass that forms this op (ember/graph/passes/attention.py) makes it for f32
-attention only.
+"""Scaled dot-product attention, softmax(q @ kt * scale + mask) @ v over the last axis, as
+one kernel: the attention schedule (ember/loops/schedules/attention.py, an online softmax
+over blocks of keys) given the operands' reads and the output's store. f32 only: the graph
+pass that forms this op (ember/graph/passes/attention.py) makes it for f32 attention only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import partial
-
 from ember.dtypes import DType
 from ember.errors import UnsupportedOpError
-from ember.loops.ir import (
-    Binary,
-    Buffer,
-    Const,
-    Expr,
-    Fma,
-    For,
-    If,
-    Load,
-    Select,
-    Stmt,
-    Store,
-    Unary,
-    binary,
-)
+from ember.loops.ir import Const, Expr, Stmt, Store
 from ember.loops.lower.core import LowerContext, lowering
-from ember.loops.lower.ops.linalg import lane_chunks, vector_loop
-
-# The defaults of the knobs a tuned compile searches (ember/loops/tune/knobs.py).
-KEY_BLOCK = 256  # keys per block: the scores of a group's rows take 4 KiB
-ROW_GROUP = 4  # query rows at once: each load of kt and v serves them all
-TILE_VECTORS = 4  # vectors per row of a register tile: 4 x 4 accumulators
-
-F32 = DType.f32
-NEG_INF = Const(float("-inf"), F32)
-ZERO = Const(0.0, F32)
-
-
-def _ceil_div(a: Expr | int, b: int) -> Expr:
-    return binary("floordiv", binary("add", a, Const(b - 1)), Const(b))
+from ember.loops.schedules.attention import Attention, schedule_attention
 
 
 @lowering("attention")
@@ -71,148 +18,18 @@ def attention(ctx: LowerContext) -> list[Stmt]:
     q, kt, v = ctx.inputs[:3]
     mask = ctx.inputs[3] if len(ctx.inputs) == 4 else None
     out = ctx.outputs[0]
-    if any(b.dtype is not F32 for b in (*ctx.inputs, out)):
+    if any(b.dtype is not DType.f32 for b in (*ctx.inputs, out)):
         raise UnsupportedOpError(f"graph.attention lowers for f32 only, not {q.dtype}")
     *batch, rows, dim = q.shape
-    keys, width = kt.shape[-1], v.shape[-1]
-    scale = ctx.attrs["scale"]
-    chosen = ctx.knobs("attention", {"key_block": KEY_BLOCK, "row_group": ROW_GROUP,
-                                 "tile_vectors": TILE_VECTORS},
-                   key_block=(64, 128, 256, 512), row_group=(2, 4, 6, 8),
-                   tile_vectors=(1, 2, 3, 4))
-    tile = chosen["tile_vectors"] * ctx.target.lanes(F32)
-    group = max(1, min(chosen["row_group"], rows))
-    block = min(chosen["key_block"], keys)
-    scores = ctx.local(F32, (group, block))
-    acc = ctx.local(F32, (group, width))
-    top, total, part, fresh, corr, shift = (ctx.local(F32, (group,)) for _ in range(6))
 
-    def at(buf: Buffer, *index: Expr) -> Load:
-        return Load(buf.name, tuple(index), F32)
+    def masked(index: list[Expr]) -> Expr:
+        """The mask at [*batch, row, key], its batch dims of size 1 broadcast."""
+        *b, row, key = index
+        return ctx.load(3, [*(Const(0) if m == 1 else i for m, i in zip(mask.shape, b)),
+                            row, key])
 
-    def put(buf: Buffer, index: tuple, value: Expr) -> Store:
-        return Store(buf.name, index, value)
-
-    def loop(stop: Expr | int, body: Callable[[Expr], list[Stmt]], kind: str = "serial") -> For:
-        j = ctx.var("j")
-        return For(j, Const(0), stop if isinstance(stop, Expr) else Const(stop), body(j), 1,
-                   kind)
-
-    vector = partial(vector_loop, ctx)
-
-    def each_row(body: Callable[[Expr], list[Stmt]]) -> For:
-        """body(ii) for the group's rows, unrolled: their vectors share each load."""
-        return loop(group, body, "unrolled")
-
-    def tiles(extent: Expr | int, size: int,
-              body: Callable[[Expr, Expr | int], list[Stmt]]) -> For:
-        """body(start, count) over [0, extent) in tiles of `size` (constant counts when
-        `extent` is a whole number of them)."""
-        if isinstance(extent, int) and extent % size == 0:
-            return loop(extent // size, lambda t: body(t * size, size))
-        return loop(_ceil_div(extent, size), lambda t: body(
-            t * size, binary("min", Const(size), binary("sub", extent, t * size))))
-
-    def rows_of(b: list[Expr], r0: Expr) -> list[Stmt]:
-        def row(ii: Expr) -> Expr:  # rows past the end repeat the last (never stored)
-            return r0 + ii if rows % group == 0 else binary("min", r0 + ii, Const(rows - 1))
-
-        def key_block(kb: Expr) -> list[Stmt]:
-            k0 = kb * block
-            whole = keys % block == 0
-            count = Const(block) if whole else binary("min", Const(block),
-                                                        binary("sub", Const(keys), k0))
-
-            def s(ii: Expr, j: Expr) -> Load:
-                return at(scores, ii, j)
-
-            def score_tile(t0: Expr, n: Expr | int) -> list[Stmt]:
-                stmts: list[Stmt] = [
-                    each_row(lambda ii: [vector(n, lambda j: [put(scores, (ii, t0 + j),
-                                                                  ZERO)])]),
-                    loop(dim, lambda d: [each_row(lambda ii: [vector(n, lambda j: [
-                        put(scores, (ii, t0 + j), Fma(
-                            ctx.load(0, [*b, row(ii), d]), ctx.load(1, [*b, d, k0 + t0 + j]),
-                            s(ii, t0 + j)))])])]),
-                ]
-                if mask is not None or scale != 1:  # s * scale + mask, in one pass
-                    def scaled(ii: Expr, j: Expr) -> Expr:
-                        if mask is None:
-                            return Binary("mul", s(ii, j), Const(scale, F32))
-                        mb = [Const(0) if m == 1 else i for m, i in zip(mask.shape, b)]
-                        bias = ctx.load(3, [*mb, row(ii), k0 + j])
-                        return Binary("add", s(ii, j), bias) if scale == 1 else \
-                            Fma(s(ii, j), Const(scale, F32), bias)
-
-                    stmts.append(each_row(lambda ii: [vector(n, lambda j: [
-                        put(scores, (ii, t0 + j), scaled(ii, t0 + j))])]))
-                return stmts
-
-            key_tiles = partial(tiles, block if whole else count, tile)
-
-            def reduce_into(buf: Buffer, op: str, first: Expr,
-                            lanes_of: Callable[[Expr, Expr], list[Stmt]]) -> list[Stmt]:
-                """buf[ii] = op over the block's scores of row ii, from `first`, the tile's
-                lanes reduced by vector code (ember/codegen/vector.py)."""
-                return [each_row(lambda ii: [put(buf, (ii,), first)]),
-                        key_tiles(lambda t0, n: [each_row(lambda ii: [vector(
-                            n, lambda j: [*lanes_of(ii, t0 + j), put(buf, (ii,), Binary(
-                                op, at(buf, ii), s(ii, t0 + j)))])])])]
-
-            def block_max(ii: Expr) -> list[Stmt]:
-                new = at(fresh, ii)
-                empty = Binary("eq", new, NEG_INF)
-                return [
-                    put(fresh, (ii,), Binary("max", at(top, ii), at(part, ii))),
-                    put(corr, (ii,), Select(empty, ZERO,
-                                            Unary("exp", Binary("sub", at(top, ii), new)))),
-                    put(shift, (ii,), Select(empty, ZERO, new)),
-                    put(top, (ii,), new),
-                ]
-
-            def exp_shifted(ii: Expr, k: Expr) -> list[Stmt]:
-                return [put(scores, (ii, k), Unary("exp", Binary("sub", s(ii, k),
-                                                                  at(shift, ii))))]
-
-            stmts = [
-                key_tiles(score_tile),
-                *reduce_into(part, "max", NEG_INF, lambda ii, k: []),
-                each_row(block_max),
-                *reduce_into(part, "add", ZERO, exp_shifted),
-                each_row(lambda ii: [put(total, (ii,), Fma(at(total, ii), at(corr, ii),
-                                                           at(part, ii)))]),
-            ]
-
-            def value_tile(e0: Expr, n: Expr | int) -> list[Stmt]:
-                return [
-                    each_row(lambda ii: [vector(n, lambda e: [put(acc, (ii, e0 + e), Binary(
-                        "mul", at(acc, ii, e0 + e), at(corr, ii)))])]),
-                    loop(count, lambda j: [each_row(lambda ii: [vector(n, lambda e: [
-                        put(acc, (ii, e0 + e), Fma(s(ii, j), ctx.load(2, [*b, k0 + j, e0 + e]),
-                                                   at(acc, ii, e0 + e)))])])]),
-                ]
-
-            stmts.append(tiles(width, tile, value_tile))
-            return stmts
-
-        def finish(ii: Expr) -> list[Stmt]:
-            def value(e: Expr) -> Expr:
-                result = Binary("div", at(acc, ii, e), at(total, ii))
-                if ctx.attrs["empty_rows_zero"]:
-                    result = Select(Binary("eq", at(total, ii), ZERO), ZERO, result)
-                return result
-
-            store = lane_chunks(ctx, width, tile,
-                                lambda e: [Store(out.name, (*b, r0 + ii, e), value(e))])
-            if rows % group == 0:
-                return store
-            return [If(Binary("lt", r0 + ii, Const(rows)), store, [])]
-
-        return [each_row(lambda ii: [put(top, (ii,), NEG_INF), put(total, (ii,), ZERO),
-                                     *lane_chunks(ctx, width, tile,
-                                                  lambda e: [put(acc, (ii, e), ZERO)])]),
-                loop(-(-keys // block), key_block),
-                each_row(finish)]
-
-    return ctx.nest((*batch, -(-rows // group)), lambda index: rows_of(index[:-1],
-                                                                         index[-1] * group))
+    return schedule_attention(ctx, Attention(
+        tuple(batch), rows, dim, kt.shape[-1], v.shape[-1], ctx.attrs["scale"],
+        ctx.attrs["empty_rows_zero"], lambda i: ctx.load(0, i), lambda i: ctx.load(1, i),
+        lambda i: ctx.load(2, i), masked if mask is not None else None,
+        lambda index, value: Store(out.name, tuple(index), value)))

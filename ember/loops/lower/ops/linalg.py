@@ -7,42 +7,24 @@ Windowed reads that can fall into the padding sit under an `If` on the input pos
 no kernel reads out of bounds; the checks are left out on axes that cannot leave the input.
 `conv_transpose` is a gather (each output element sums the kernel taps whose input
 position is integral and in range), not a scatter, so its output elements are independent.
-The pooling lowerings (pool.py) share the window helpers here.
+The window arithmetic is ember/loops/windows.py; the fast convs are scheduled nests from
+ember/loops/schedules/ (conv.py, depthwise.py, packed_conv.py).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 
 from ember.dtypes import DType
 from ember.errors import UnsupportedOpError
 from ember.graph.ops.linalg import window_params
-from ember.loops.analysis import MAX_LOAD_STRIDE
-from ember.loops.ir import (
-    Binary,
-    Cast,
-    Const,
-    Expr,
-    Fma,
-    For,
-    If,
-    Load,
-    Select,
-    Stmt,
-    Store,
-    Var,
-    binary,
-)
+from ember.loops.ir import Binary, Cast, Const, Expr, If, Load, Select, Stmt, Store, Var, binary
 from ember.loops.lower.core import LowerContext, lowering
-from ember.loops.schedules.gemm import (
-    MIN_PARALLEL_FMAS,
-    Gemm,
-    GemmSchedule,
-    apply_gemm,
-    conv_tile,
-    schedule_matmul,
-)
+from ember.loops.schedules.conv import Conv2d, ConvAsGemm, ConvTerms, schedule_conv_gemm
+from ember.loops.schedules.depthwise import schedule_depthwise_conv
+from ember.loops.schedules.gemm import schedule_matmul
+from ember.loops.schedules.packed_conv import schedule_packed_conv
+from ember.loops.windows import all_of, position_checks, window_checks, window_position
 
 # -- shared helpers -----------------------------------------------------------------------
 
@@ -54,71 +36,8 @@ def compute_load(ctx: LowerContext, i: int, index: Sequence[Expr | int]) -> Expr
     return load if dtype.compute is dtype else Cast(dtype.compute, load)
 
 
-def vector_loop(ctx: LowerContext, count: Expr | int,
-                body: Callable[[Var], list[Stmt]]) -> For:
-    """A loop of kind `vectorized` over a fresh lane variable jj from 0 to `count`,
-    around body(jj)."""
-    jj = ctx.var("jj")
-    return For(jj, Const(0), Const(count) if isinstance(count, int) else count, body(jj), 1,
-               "vectorized")
-
-
-def lane_chunks(ctx: LowerContext, total: int, lanes: int,
-                body: Callable[[Expr], list[Stmt]]) -> list[Stmt]:
-    """body(i) for i = 0 .. total - 1, in vectorized loops of up to `lanes` (the last one
-    shorter when `lanes` does not divide `total`)."""
-    if total <= 0:
-        return []
-    width = min(lanes, total)
-    q = ctx.var("q")
-    count = binary("min", Const(width), binary("sub", total, q * width)) \
-        if total % width else Const(width)
-    return [For(q, Const(0), Const(-(-total // width)),
-                [vector_loop(ctx, count, lambda jj: body(q * width + jj))])]
-
-
-def largest_divisor(n: int, most: int) -> int:
-    """The largest divisor of `n` that is at most `most` (at least 1)."""
-    return max(d for d in range(1, max(1, most) + 1) if n % d == 0)
-
-
-def all_of(conds: Sequence[Expr]) -> Expr | None:
-    """The conjunction of `conds` (None when there are none)."""
-    result = None
-    for c in conds:
-        result = c if result is None else Binary("and", result, c)
-    return result
-
-
 def guarded(cond: Expr | None, stmts: list[Stmt]) -> list[Stmt]:
     return stmts if cond is None else [If(cond, stmts)]
-
-
-def window_position(out: Expr, tap: Expr, stride: int, pad_begin: int,
-                    dilation: int) -> Expr:
-    """The input position that window `out` reads at kernel tap `tap`."""
-    return out * stride + tap * dilation - pad_begin
-
-
-def position_checks(pos: Expr, size: int, low: int, high: int) -> list[Expr]:
-    """Conditions for 0 <= pos < size, given that pos always lies in [low, high]."""
-    conds = []
-    if low < 0:
-        conds.append(Binary("ge", pos, Const(0)))
-    if high >= size:
-        conds.append(Binary("lt", pos, Const(size)))
-    return conds
-
-
-def window_checks(positions: Sequence[Expr], sizes: Sequence[int], outs: Sequence[int],
-                  kernel: Sequence[int], strides: Sequence[int], pads_begin: Sequence[int],
-                  dilations: Sequence[int]) -> list[Expr]:
-    """The in-bounds conditions of windowed reads, only on axes where one can fail."""
-    conds = []
-    for pos, size, out, k, s, pb, d in zip(positions, sizes, outs, kernel, strides,
-                                           pads_begin, dilations):
-        conds += position_checks(pos, size, -pb, (out - 1) * s + (k - 1) * d - pb)
-    return conds
 
 
 def reduce_into(ctx: LowerContext, acc: Load, out_store: Callable[[Expr], Stmt],
@@ -231,22 +150,29 @@ def _add_bias(ctx: LowerContext, value: Expr, channel: Expr) -> Expr:
     return Binary("add", value, compute_load(ctx, 2, [channel]))
 
 
+def conv_terms(ctx: LowerContext) -> ConvTerms:
+    """A direct conv schedule's reads of x and w, and its store of a sum at [n, m, row,
+    col] with the bias added (f32 operands: no widening)."""
+    return ConvTerms(lambda index: ctx.load(0, index), lambda index: ctx.load(1, index),
+                     lambda index, value: store_result(ctx, index,
+                                                       _add_bias(ctx, value, index[1])))
+
+
 @lowering("conv")
 def conv(ctx: LowerContext):
     """An f32 2-D conv with one group is a GEMM per image (implicit GEMM, `conv_gemm`); a
-    depthwise one sums its taps on vectors of output columns (`depthwise_conv`); other
-    convs get the plain nest: per output element, a sum over (c, taps)."""
+    depthwise one sums its taps on vectors of output columns (`depthwise_conv`); other convs
+    get the plain nest: per output element, a sum over (c, taps)."""
     fast = conv_gemm(ctx) or depthwise_conv(ctx)
     return fast if fast is not None else plain_conv(ctx)
 
 
 def conv_gemm(ctx: LowerContext) -> list[Stmt] | None:
-    """The conv as out[n, m, p] = sum_k W[m, k] * col[n, k, p], blocked by the matmul
-    schedule, or None when it is not an f32 2-D conv with one group. k = (c, kh, kw) is
-    W's row-major layout and p = (oh, ow) the output's, so A is W read in place and C is
-    out[n] (M x P, contiguous); B is im2col, never stored: the schedule's packing of B
-    gathers it from x, with zeros for the padding (a select around a load at a clamped
-    position), so its packed panels are dense and the micro-kernel is the matmul's."""
+    """The conv as out[n, m, p] = sum_k W[m, k] * col[n, k, p], blocked by the implicit
+    GEMM schedule (ember/loops/schedules/conv.py), or None when it is not an f32 2-D conv
+    with one group. k = (c, kh, kw) is W's row-major layout and p = (oh, ow) the output's,
+    so A is W read in place and C is out[n] (M x P, contiguous); B is im2col, read from x
+    with zeros for the padding (a select around a load at a clamped position)."""
     x, w = ctx.inputs[:2]
     out = ctx.outputs[0]
     f32 = DType.f32
@@ -256,12 +182,13 @@ def conv_gemm(ctx: LowerContext) -> list[Stmt] | None:
         return None
     strides, pb, _, dilations = window_params(2, ctx.attrs["strides"], ctx.attrs["pads"],
                                               ctx.attrs["dilations"])
-    nb, m_out, oh_n, ow_n = out.shape
-    c_in, kh_n, kw_n = w.shape[1:]
+    geometry = Conv2d(*out.shape, w.shape[1], *x.shape[2:], tuple(w.shape[2:]), strides, pb,
+                      dilations)
+    oh_n, ow_n = out.shape[2:]
+    kh_n, kw_n = w.shape[2:]
     h, wd = x.shape[2:]
-    taps = kh_n * kw_n
     n, m, p, k = ctx.var("n"), ctx.var("m"), ctx.var("p"), ctx.var("k")
-    c, kh, kw = (k // taps, (k // kw_n) % kh_n, k % kw_n) if taps > 1 else (k, 0, 0)
+    c, kh, kw = geometry.split_k(k)
     oh, ow = p // ow_n, p % ow_n
     a = ctx.load(1, [m, c, kh, kw])
     position, conds = [], []
@@ -278,143 +205,14 @@ def conv_gemm(ctx: LowerContext) -> list[Stmt] | None:
         b = Select(all_of(conds), b, Const(0.0, f32))
     acc = accumulator(ctx)
     store = store_result(ctx, [n, m, oh, ow], _add_bias(ctx, acc, m))
-    # A is W read in place: its index splits k into (c, kh, kw), which code generation
-    # addresses by k itself (flatten_index), so copying A's blocks would only copy them
-    # (a 512-channel 3x3 conv at 7x7: 1.96 ms copied, 1.67 ms in place). K = c * kh * kw
-    # is summed in one pass up to 8192 (ResNet's deepest is 4608): passes over a workspace
-    # measured slower on 3x3 convs. A tuned compile searches the tile and blocks
-    # (ember/loops/tune/knobs.py).
-    lanes = ctx.target.lanes(f32)
-    mr, nr = conv_tile(ctx.target)
-    default = GemmSchedule(kc=8192, mr=mr, nr=nr)
-    chosen = ctx.knobs("conv_gemm", {"mr": default.mr, "nr": default.nr, "mc": default.mc,
-                                 "nc": default.nc, "parallel": default.parallel},
-                   mr=(4, 6, 8), nr=(lanes, 2 * lanes), mc=(48, 96, 192), nc=(128, 256, 512),
-                   parallel=(2, 4, 8))
-    schedule = dataclasses.replace(default, **chosen)
-
-    def b_panel(values: dict[str, Expr], col0: Expr, jj: Var) -> Expr:
-        """B at column col0 + jj without a division on the lane (vector code has none):
-        the lane's row is col0's plus how many row ends it passes (at most nr), counted by
-        compares."""
-        image, kk = values[n.name], values[k.name]
-        cc, th, tw = (kk // taps, (kk // kw_n) % kh_n, kk % kw_n) if taps > 1 else (kk, 0, 0)
-        e = col0 % ow_n + jj
-        wraps = [Select(binary("ge", e, t * ow_n), Const(1), Const(0))
-                 for t in range(1, (ow_n + schedule.nr - 2) // ow_n + 1)]
-        q = sum(wraps[1:], wraps[0]) if wraps else Const(0)
-        row, col = col0 // ow_n + q, e - q * ow_n
-        if not conds:  # every tap of every output inside x (ember/graph/passes/pad_convs.py)
-            if (oh_n * ow_n) % schedule.nr:  # lanes past N: their rows are clamped
-                row = Select(Binary("ge", row, Const(oh_n)), Const(oh_n - 1), row)
-            at = [window_position(o, tap, s_, 0, d_)
-                  for o, tap, s_, d_ in zip((row, col), (th, tw), strides, dilations)]
-            return ctx.load(0, [image, cc, *at])
-        at, inside = [], []
-        for o, tap, size, s_, pb_, d_ in zip((row, col), (th, tw), (h, wd), strides, pb,
-                                             dilations):
-            pos = window_position(o, tap, s_, pb_, d_)
-            inside += [Binary("ge", pos, Const(0)), Binary("lt", pos, Const(size))]
-            # Clamped with selects (integer min/max have no vector code); rows past the
-            # output (columns past N) are clamped too.
-            at.append(Select(Binary("lt", pos, Const(0)), Const(0),
-                             Select(Binary("ge", pos, Const(size)), Const(size - 1), pos)))
-        return Select(all_of(inside), ctx.load(0, [image, cc, *at]), Const(0.0, f32))
-
-    def b_segments(values: dict[str, Expr], col0: Expr, jj: Var) -> Expr:
-        """B at column col0 + jj for a conv without padding: the panel's lanes lie in a few
-        output rows (up to 4 for 7 columns a row), and the lanes of each row read a row
-        segment of x (every column at stride 1, every second at stride 2: a strided load),
-        one vector load masked to those lanes (a select around a load:
-        ember/codegen/vector.py), so no lane reads outside x."""
-        image, kk = values[n.name], values[k.name]
-        cc, th, tw = (kk // taps, (kk // kw_n) % kh_n, kk % kw_n) if taps > 1 else (kk, 0, 0)
-        (sh, sw), (dh, dw) = strides, dilations
-        c0, row0 = col0 % ow_n, col0 // ow_n
-        value: Expr = Const(0.0, f32)
-        for seg in reversed(range((ow_n + schedule.nr - 2) // ow_n + 1)):
-            row = row0 + seg
-            lanes = [binary("lt", jj, Const((seg + 1) * ow_n) - c0)]
-            if seg:
-                lanes.append(binary("ge", jj, Const(seg * ow_n) - c0))
-            if (oh_n * ow_n) % schedule.nr:  # the last panel's rows past the output
-                lanes.append(binary("lt", row, oh_n))
-                row = binary("min", row, oh_n - 1)
-            load = ctx.load(0, [image, cc, window_position(row, th, sh, 0, dh),
-                                window_position(c0 - seg * ow_n + jj, tw, sw, 0, dw)])
-            value = Select(all_of(lanes), load, value)
-        return value
-
-    def b_direct(col0: Expr):
-        """At column stride 1, a panel inside one output row whose every tap reads inside
-        the input row is a row segment of x: one vector load per k (the input row, the
-        same for every lane, may still be padding: a uniform select)."""
-        (sh, _), (ph, pw), (dh, dw) = strides, pb, dilations  # column stride 1
-        c0, row = col0 % ow_n, col0 // ow_n
-        cond = all_of([binary("le", c0 + schedule.nr, ow_n), binary("ge", c0 - pw, 0),
-                       binary("le", c0 + (schedule.nr - 1) + (kw_n - 1) * dw - pw, wd - 1)])
-
-        def value(values: dict[str, Expr], jj: Var) -> Expr:
-            image, kk = values[n.name], values[k.name]
-            cc, th, tw = (kk // taps, (kk // kw_n) % kh_n, kk % kw_n) if taps > 1 else (kk, 0, 0)
-            ih = window_position(row, th, sh, ph, dh)
-            if not conds:  # no padding: the panel's row is inside x
-                return ctx.load(0, [image, cc, ih, c0 + tw * dw + jj])
-            at = Select(Binary("lt", ih, Const(0)), Const(0),
-                        Select(Binary("ge", ih, Const(h)), Const(h - 1), ih))
-            load = ctx.load(0, [image, cc, at, c0 - pw + tw * dw + jj])
-            inside = Binary("and", Binary("ge", ih, Const(0)), Binary("lt", ih, Const(h)))
-            return Select(inside, load, Const(0.0, f32))
-
-        return cond, value
-
-    # A 1x1 conv with stride 1 and no padding reads B = x[n] as it lies (K x P, rows
-    # contiguous): its panels are packed from vector loads, no gather needed.
-    direct = taps == 1 and not conds and all(s_ == 1 for s_ in strides)
-    segments = not conds and strides[1] <= MAX_LOAD_STRIDE
-    g = Gemm(((n.name, nb),), m.name, m_out, p.name, oh_n * ow_n, k.name,
-             c_in * taps, a, b, acc.buffer, store,
-             None if direct else b_segments if segments else b_panel,
-             b_direct if not direct and strides[1] == 1 and ow_n >= schedule.nr else None,
-             b_rows_contiguous=direct)
-    return apply_gemm(ctx, g, schedule)
-
-
-# The defaults of the knobs a tuned compile searches (ember/loops/tune/knobs.py).
-DEPTHWISE_LANES = 16  # output columns per vector: one AVX-512 or two AVX2 registers
-DEPTHWISE_CHAINS = 8  # output vectors summed at once (accumulators held in registers)
-MAX_DEPTHWISE_PLANE = 1 << 16  # floats (256 KiB) of padded plane, on each thread's stack
+    return schedule_conv_gemm(ctx, ConvAsGemm(geometry, n, m, p, k, a, b, bool(conds),
+                                              acc.buffer, store, lambda i: ctx.load(0, i)))
 
 
 def depthwise_conv(ctx: LowerContext) -> list[Stmt] | None:
-    """An f32 2-D depthwise conv (one input channel per output channel), or None for any
-    other conv. Per (image, channel), the channel is first copied into a zero-padded local
-    plane (its columns dealt into `stride` phases), so that every tap reads in bounds with
-    no test and consecutive outputs read consecutive plane elements; then a group of
-    output vectors (R rows by U blocks of L columns) sums the taps in register-held locals,
-    one accumulator a vector:
-
-        for %nc = 0 to N * C {                            (parallel, by the default schedule)
-          %pad = 0;  %pad[ih + pt, (pl + iw) % s, (pl + iw) // s] = x[n, c, ih, iw]
-          for %oh = 0 to OH / R { for %ow0 = 0 to ceil(OW / L) / U {
-            (r < R, u < U unrolled; row = oh * R + r, col0 = (ow0 * U + u) * L)
-            for %jj = 0 to L vectorized { %acc[r * U + u, %jj] = 0.0 }
-            for %kh unrolled { for %kw unrolled { (r, u) { for %jj = 0 to L vectorized {
-              %acc[r * U + u, %jj] = fma(%pad[row * sh + kh * dh, (kw * dw) % s,
-                                              col0 + jj + (kw * dw) // s],
-                                         w[c, 0, kh, kw], %acc[r * U + u, %jj])
-            } } } }
-            for %jj = 0 to min(L, OW - col0) vectorized {
-              out[n, c, row, col0 + jj] = %acc[r * U + u, %jj] (+ bias) }
-          } }
-        }
-
-    Each tap is one vector load. At stride s > 1 the copy fills each phase with vectors of
-    strided loads (every s-th input column: ember/codegen/vector.py); past
-    MAX_LOAD_STRIDE it deals a row in one serial loop whose iteration stores s phases from
-    s consecutive input columns, for LLVM's vectorizer. The lanes past the row's end (in
-    its last block) read the plane's zero columns and are not stored. A plane too large
-    for a thread's stack keeps the plain nest."""
+    """An f32 2-D depthwise conv (one input channel per output channel) through its schedule
+    (ember/loops/schedules/depthwise.py), or None for any other conv or one the schedule
+    does not take."""
     x, w = ctx.inputs[:2]
     out = ctx.outputs[0]
     f32 = DType.f32
@@ -422,224 +220,29 @@ def depthwise_conv(ctx: LowerContext) -> list[Stmt] | None:
             or w.shape[0] != x.shape[1] or w.shape[1] != 1
             or any(b.dtype is not f32 for b in (*ctx.inputs, out)) or 0 in out.shape):
         return None
-    (sh, sw), (pt, pl), _, (dh, dw) = window_params(2, ctx.attrs["strides"],
-                                                    ctx.attrs["pads"], ctx.attrs["dilations"])
-    nb, channels, oh_n, ow_n = out.shape
-    kh_n, kw_n = w.shape[2:]
-    h, wd = x.shape[2:]
-    # Rows of an odd width (7 columns) measured slower with several chains (960 channels
-    # 7x7: 0.046 -> 0.064 ms) and keep one by default (see `chains` below).
-    chosen = ctx.knobs("depthwise_conv", {"lanes": DEPTHWISE_LANES,
-                                      "chains": DEPTHWISE_CHAINS if ow_n % 2 == 0 else 1},
-                   lanes=(8, 16, 32), chains=(1, 2, 4, 8, 12))
-    lanes = min(chosen["lanes"], ow_n)
-    blocks = (ow_n + lanes - 1) // lanes
-    # The plane's rows and columns: what the taps of every (padded) output position read.
-    # At column stride s its columns are dealt into s phases (column c at phase c % s,
-    # position c // s), so that the columns a tap reads for consecutive outputs lie next
-    # to each other: one vector load per tap at any stride.
-    rows = (oh_n - 1) * sh + (kh_n - 1) * dh + 1
-    cols = (blocks * lanes - 1) * sw + (kw_n - 1) * dw + 1
-    per_phase = (cols + sw - 1) // sw
-    row_size = sw * per_phase
-    if rows * row_size > MAX_DEPTHWISE_PLANE:
-        return None
-    # The plane rounded up to whole vectors, so that zeroing it is loops of constant
-    # trips: a write the verifier sees (locals are private to each parallel iteration).
-    plane = (rows * row_size + lanes - 1) // lanes * lanes
-    # Several output vectors summed together, each its own chain of FMAs: one vector's 9
-    # taps wait on each other (4 cycles each), several vectors' interleave, and vertical
-    # neighbours share the loads of their common rows. A group is `down` rows times
-    # `across` blocks of a row, up to DEPTHWISE_CHAINS vectors (144 channels 56x56: 0.26
-    # -> 0.15 ms; 32 channels 112x112: 0.22 -> 0.13).
-    chains = chosen["chains"]
-    down = largest_divisor(oh_n, chains)
-    across = largest_divisor(blocks, chains // down)
-    pad, acc = ctx.local(f32, (plane,)), ctx.local(f32, (down * across, lanes))
-    nc, oh, ow0, kh, kw, r, u = (ctx.var(v) for v in ("nc", "oh", "ow0", "kh", "kw", "r", "u"))
-    n, c = (nc // channels, nc % channels) if nb > 1 else (Const(0), nc)
-    col0 = (ow0 * across + u) * lanes
-    row = oh * down + r
-    chain = r * across + u
-
-    def chunks(total: int, body: Callable[[Expr], list[Stmt]]) -> list[Stmt]:
-        return lane_chunks(ctx, total, lanes, body)
-
-    zero = chunks(plane, lambda i: [Store(pad.name, (i,), Const(0.0, f32))])
-    # Input rows that land in the plane, and per phase the positions whose input column
-    # iw = q * s + phase - pl is in the row (the rest stay zero: the padding).
-    first_row, last_row = max(0, -pt), min(h, rows - pt)
-    ih = ctx.var("ih")
-    copies: list[Stmt] = []
-
-    def deal(phase: int, i: Expr) -> Store:
-        return Store(pad.name, (((ih + pt) * sw + phase) * per_phase + i,),
-                     ctx.load(0, [n, c, ih, i * sw + phase - pl]))
-
-    spans = {}  # phase -> the positions whose input column is in the row
-    for phase in range(sw):
-        low = max(0, -(-(pl - phase) // sw))
-        high = min(per_phase - 1, (wd - 1 + pl - phase) // sw)
-        if high >= low:
-            spans[phase] = (low, high)
-    if sw <= MAX_LOAD_STRIDE:
-        # Per phase, vectors of its positions: at stride s > 1 each reads every s-th input
-        # column, a strided load (144 channels 56x56 at stride 2: 0.21 -> 0.12 ms, against
-        # LLVM's vectorization of the loop below).
-        for phase, (low, high) in spans.items():
-            copies += chunks(high - low + 1, lambda i, phase=phase, low=low: [
-                deal(phase, low + i)])
-    elif spans:
-        # Every phase in one serial loop over the positions they share: the loads of an
-        # iteration are consecutive input columns, which LLVM's vectorizer reads as wide
-        # loads and deals with shuffles (a gather per phase measured 20% slower).
-        common = (max(lo for lo, _ in spans.values()), min(hi for _, hi in spans.values()))
-        if common[1] >= common[0]:
-            i = ctx.var("i")
-            copies.append(For(i, Const(common[0]), Const(common[1] + 1),
-                              [deal(phase, i) for phase in spans]))
-            rest = {phase: [(low, common[0] - 1), (common[1] + 1, high)]
-                    for phase, (low, high) in spans.items()}
-        else:
-            rest = {phase: [span] for phase, span in spans.items()}
-        for phase, ranges in rest.items():
-            for lo, hi in ranges:
-                if hi >= lo:
-                    j = ctx.var("i")
-                    copies.append(For(j, Const(lo), Const(hi + 1), [deal(phase, j)]))
-    copy = [For(ih, Const(first_row), Const(last_row), copies)]
-
-    def tap(jj: Var) -> list[Stmt]:
-        # Padded column (col0 + jj) * s + kw * d: phase (kw * d) % s, position
-        # col0 + jj + (kw * d) // s.
-        shift = kw * dw
-        at = (row * sh + kh * dh) * row_size + binary("mod", shift, sw) * per_phase + \
-            col0 + jj + binary("floordiv", shift, sw)
-        value = Fma(Load(pad.name, (at,), f32), ctx.load(1, [c, 0, kh, kw]),
-                    Load(acc.name, (chain, jj), f32))
-        return [Store(acc.name, (chain, jj), value)]
-
-    def each_block(body: list[Stmt]) -> For:
-        return For(r, Const(0), Const(down), [For(u, Const(0), Const(across), body, 1,
-                                                  "unrolled")], 1, "unrolled")
-
-    # Every lane runs but the store's: constant trips keep the accumulator in registers,
-    # and it is written before it is read in each iteration, which makes the outer loops
-    # parallel (locals are private to each thread).
-    full = Const(lanes)
-    stop = binary("min", full, binary("sub", ow_n, col0)) if ow_n % lanes else full
-    body = [each_block([vector_loop(ctx, full, lambda jj: [Store(acc.name, (chain, jj),
-                                                            Const(0.0, f32))])]),
-            For(kh, Const(0), Const(kh_n),
-                [For(kw, Const(0), Const(kw_n), [each_block([vector_loop(ctx, full, tap)])], 1,
-                     "unrolled")], 1, "unrolled"),
-            each_block([vector_loop(ctx, stop, lambda jj: [store_result(
-                ctx, [n, c, row, col0 + jj], _add_bias(ctx, Load(acc.name, (chain, jj), f32),
-                                                        c))])])]
-    return [For(nc, Const(0), Const(nb * channels),
-                [*zero, *copy, For(oh, Const(0), Const(oh_n // down),
-                                   [For(ow0, Const(0), Const(blocks // across), body)])])]
-
-
-PACKED_CONV_ROWS = 7  # output positions per tile: 7 x 32 lanes is 14 accumulators
-
-
-def packed_conv_rows(positions: int) -> int:
-    """Output positions per tile for a plane of `positions`: a divisor of it near
-    PACKED_CONV_ROWS when there is one (7x7 and 14x14 planes take 7), so that no tile
-    computes positions past the plane."""
-    for rows in (PACKED_CONV_ROWS, 8, 6):
-        if positions % rows == 0:
-            return rows
-    return min(PACKED_CONV_ROWS, positions)
+    strides, pb, _, dilations = window_params(2, ctx.attrs["strides"], ctx.attrs["pads"],
+                                              ctx.attrs["dilations"])
+    geometry = Conv2d(*out.shape, 1, *x.shape[2:], tuple(w.shape[2:]), strides, pb,
+                      dilations)
+    return schedule_depthwise_conv(ctx, geometry, conv_terms(ctx))
 
 
 @lowering("packed_conv")
 def packed_conv(ctx: LowerContext) -> list[Stmt]:
     """A conv whose weights are packed in panels of L output channels (ember/graph/ops/
-    linalg.py), with the output channels in the vector lanes: a tile is R output positions
-    by one panel, R * L / 16 register-held accumulators; per (c, kh, kw) it loads one row
-    of the panel and broadcasts R input elements:
-
-        for %t = 0 to N * (M / L) * ceil(P / R) parallel {
-          (n, q, p0) from t
-          %acc[r, jj] = 0
-          for %c = 0 to C { for %kh unrolled { for %kw unrolled { (r < R unrolled) {
-            for %jj = 0 to L vectorized {
-              %acc[r, jj] = fma(x[n, c, oh(p0 + r) * sh + kh * dh, ow(p0 + r) * sw + kw * dw],
-                                wp[q, (c * KH + kh) * KW + kw, jj], %acc[r, jj])
-          } } } } }
-          %sums[r, jj] = %acc[r, jj]                       (r unrolled, jj vectorized)
-          for %jj = 0 to L { for %r = 0 to min(R, P - p0) vectorized {
-            out[n, q * L + jj, oh(p0 + r), ow(p0 + r)] = %sums[r, jj] (+ bias) } }
-        }
-
-    The write-back puts positions in the lanes: per output channel, the tile's positions
-    are one contiguous store, read from the sums by a gather; the sum reads every operand
-    contiguously or as a broadcast. On a 7x7 plane the conv GEMM's
-    16-position panels would leave 15 of 64 lanes idle; here none are when M is a
-    multiple of L."""
+    linalg.py), wp[panel, (c * KH + kh) * KW + kw, lane], through its schedule
+    (ember/loops/schedules/packed_conv.py: output channels in the lanes)."""
     x, wp = ctx.inputs[:2]
     out = ctx.outputs[0]
     f32 = DType.f32
     if any(b.dtype is not f32 for b in (*ctx.inputs, out)):
         raise UnsupportedOpError(f"packed_conv on {x.dtype}: only f32 is implemented")
-    (sh, sw), _, _, (dh, dw) = window_params(2, ctx.attrs["strides"], (),
-                                             ctx.attrs["dilations"])
-    kh_n, kw_n = ctx.attrs["kernel_shape"]
-    nb, m_out, oh_n, ow_n = out.shape
+    strides, pb, _, dilations = window_params(2, ctx.attrs["strides"], (),
+                                              ctx.attrs["dilations"])
+    geometry = Conv2d(*out.shape, x.shape[1], *x.shape[2:], tuple(ctx.attrs["kernel_shape"]),
+                      strides, pb, dilations)
     panels, _, lanes = wp.shape
-    c_in = x.shape[1]
-    positions = oh_n * ow_n
-    rows = packed_conv_rows(positions)
-    tiles = -(-positions // rows)
-    acc = ctx.local(f32, (rows, lanes))
-    t, c, kh, kw, r = (ctx.var(v) for v in ("task", "c", "kh", "kw", "r"))
-    n = t // (panels * tiles) if nb > 1 else Const(0)
-    q, p0 = (t // tiles) % panels, (t % tiles) * rows
-    p = p0 + r
-    if positions % rows:  # the last tile's rows past the plane read its last position
-        p = binary("min", p, positions - 1)
-    oh, ow = p // ow_n, p % ow_n
-
-    def each_row(body: list[Stmt]) -> For:
-        return For(r, Const(0), Const(rows), body, 1, "unrolled")
-
-    def tap(jj: Var) -> list[Stmt]:
-        k = (c * kh_n + kh) * kw_n + kw
-        value = Fma(ctx.load(0, [n, c, oh * sh + kh * dh, ow * sw + kw * dw]),
-                    ctx.load(1, [q, k, jj]), Load(acc.name, (r, jj), f32))
-        return [Store(acc.name, (r, jj), value)]
-
-    # The write-back puts the tile's positions in the lanes, one output channel at a time:
-    # a tile's positions are consecutive in the plane, so each channel's are one contiguous
-    # (masked) store, and a fused epilogue reads its other operands (a residual) the same
-    # way. The sums are read across their rows, a gather, from a copy of the accumulators:
-    # a gather from the accumulators themselves would keep LLVM from holding them in
-    # registers through the sum (ResNet's packed convs ran 2-3x slower that way).
-    sums = ctx.local(f32, (rows, lanes))
-    copy = vector_loop(ctx, lanes, lambda jj: [Store(sums.name, (r, jj),
-                                                     Load(acc.name, (r, jj), f32))])
-    jj, pr = ctx.var("jj"), ctx.var("r")
-    m = q * lanes + jj
-    p_out = p0 + pr
-    written = binary("min", Const(rows), Const(positions) - p0) if positions % rows \
-        else Const(rows)
-    store = store_result(ctx, [n, m, p_out // ow_n, p_out % ow_n],
-                         _add_bias(ctx, Load(sums.name, (pr, jj), f32), m))
-    write_back = For(jj, Const(0), Const(lanes),
-                     [For(pr, Const(0), written, [store], 1, "vectorized")])
-    zero = vector_loop(ctx, lanes, lambda jj: [Store(acc.name, (r, jj), Const(0.0, f32))])
-    taps = For(kh, Const(0), Const(kh_n),
-               [For(kw, Const(0), Const(kw_n), [each_row([vector_loop(ctx, lanes, tap)])], 1,
-                    "unrolled")], 1, "unrolled")
-    body = [each_row([zero]), For(c, Const(0), Const(c_in), [taps]), each_row([copy]),
-            write_back]
-    # Tasks write disjoint tiles, which the default schedule cannot see through t's
-    # division into (n, q, p0): the loop is made parallel here, as the GEMM's is.
-    work = nb * m_out * positions * c_in * kh_n * kw_n
-    kind = "parallel" if work >= MIN_PARALLEL_FMAS else "serial"
-    return [For(t, Const(0), Const(nb * panels * tiles), body, 1, kind)]
+    return schedule_packed_conv(ctx, geometry, panels, lanes, conv_terms(ctx))
 
 
 def plain_conv(ctx: LowerContext) -> list[Stmt]:

@@ -3,9 +3,9 @@
 Pools reduce each output element's window into a local scalar, reading only the taps
 inside the input (an `If` guards axes where a tap can fall into the padding or past the
 end of a ceil_mode window): for max_pool the padding never wins, for avg_pool it adds 0
-and the divisor follows the reference's count_include_pad rule. A 2-D f32 max pool runs
-on vectors of output columns instead (`pool_rows`), and so does a 2-D f32 average
-pool.
+and the divisor follows the reference's count_include_pad rule. A 2-D f32 max or average
+pool gets the pool schedule instead (`pool_rows`; ember/loops/schedules/pool.py: vectors
+of output columns).
 
 `resize` computes, per resized axis, the source indices and weights of an output index
 in the loop body (in f64, as the reference does), in tables local to the kernel filled
@@ -35,17 +35,9 @@ from ember.loops.ir import (
     Var,
 )
 from ember.loops.lower.core import LowerContext, lowering
-from ember.loops.lower.ops.linalg import (
-    accumulator,
-    all_of,
-    compute_load,
-    largest_divisor,
-    reduce_into,
-    store_result,
-    vector_loop,
-    window_checks,
-    window_position,
-)
+from ember.loops.lower.ops.linalg import accumulator, compute_load, reduce_into, store_result
+from ember.loops.schedules.pool import Pool2d, schedule_pool_rows
+from ember.loops.windows import all_of, window_checks, window_position
 
 # -- max_pool / avg_pool ------------------------------------------------------------------
 
@@ -82,85 +74,24 @@ def pool(ctx: LowerContext, geometry, init: Expr, combine: str, finish) -> list[
     return ctx.nest(ctx.outputs[0].shape, element)
 
 
-# The defaults of the knobs a tuned compile searches (ember/loops/tune/knobs.py).
-POOL_LANES = 16  # output columns per vector
-POOL_CHAINS = 8  # output vectors computed at once
-
-
 def pool_rows(ctx: LowerContext, combine: str, dilations=(), finish=None) -> list[Stmt] | None:
-    """A 2-D f32 max or average pool (`combine` max or add) as vectors of output columns,
-    or None for other pools. Each vector combines its unrolled taps; a tap outside the
-    input (padding, a ceil_mode overhang) is a select around the load, so those lanes read
-    nothing and give the combine's identity (-inf, 0), and at stride s the lanes read every
-    s-th input column (a strided load); `finish(total, row, col)` makes the stored value
-    (the average's division by its window's count):
-
-        for %nc { for %oh = 0 to OH / R { for %ow0 = 0 to ceil(OW / L) {
-          (r < R unrolled, row = oh * R + r)
-          %acc[r, jj] = identity;  for %kh, %kw unrolled { (r) { for %jj = 0 to L vectorized {
-            %acc[r, jj] = combine(%acc[r, jj], select(inside,
-                                  x[n, c, ih(row, kh), (ow0 * L + jj) * s + kw - pl], identity))
-          } } }
-          y[n, c, row, ow0 * L + jj] = finish(%acc[r, jj])  (the lanes before OW) } } }
-
-    ResNet's 3x3 stride-2 max pool of 64 channels at 112x112 took 0.67 ms as a nest per
-    output element, 0.23 ms this way (ONNX Runtime: 0.09). An average pool's nest was as
-    fast, LLVM's loop vectorizer widening it (3x3 at stride 1, 64 channels of 56x56: 72-94
-    us either way, ONNX Runtime 86); these vectors do not depend on that vectorizer."""
+    """A 2-D f32 max or average pool (`combine` max or add) through the pool schedule, or
+    None for other pools: the windows of x reduced from the combine's identity (-inf, 0),
+    `finish(total, row, col)` making the stored value (the average's division by its
+    window's count)."""
     x, out = ctx.inputs[0], ctx.outputs[0]
     f32 = DType.f32
     if len(x.shape) != 4 or x.dtype is not f32 or out.dtype is not f32 or 0 in out.shape:
         return None
     kernel, strides, pb, _, dilations, (oh_n, ow_n) = pool_geometry(ctx, dilations)
-    nb, channels = out.shape[:2]
-    chosen = ctx.knobs("pool", {"lanes": POOL_LANES, "chains": POOL_CHAINS}, lanes=(8, 16, 32),
-                   chains=(1, 2, 4, 8))
-    lanes = min(chosen["lanes"], ow_n)
-    blocks = (ow_n + lanes - 1) // lanes
-    # Rows taken together, each its own chain (9 taps of a NaN-propagating max, several
-    # instructions each, would wait on each other): 0.42 -> 0.23 ms.
-    down = largest_divisor(oh_n, chosen["chains"])
-    acc = ctx.local(f32, (down, lanes))
-    nc, oh, ow0, kh, kw, r = (ctx.var(v) for v in ("nc", "oh", "ow0", "kh", "kw", "r"))
-    n, c = (nc // channels, nc % channels) if nb > 1 else (Const(0), nc)
-    row = oh * down + r
+    window = Pool2d(*out.shape[:2], oh_n, ow_n, x.shape[2:], kernel, strides, pb, dilations)
     identity = Const(-np.inf if combine == "max" else 0.0, f32)
 
-    def each_row(body: list[Stmt]) -> For:
-        return For(r, Const(0), Const(down), body, 1, "unrolled")
+    def store(index: list[Expr], total: Expr) -> Stmt:
+        value = finish(total, index[2], index[3]) if finish is not None else total
+        return store_result(ctx, index, value)
 
-    def tap(jj: Var) -> list[Stmt]:
-        # Lanes past OW (in the last block) take windows past the input's end: the
-        # checks on columns cover them.
-        col = ow0 * lanes + jj
-        positions = [window_position(o, t, s_, p, d) for o, t, s_, p, d in
-                     zip((row, col), (kh, kw), strides, pb, dilations)]
-        conds = window_checks(positions, x.shape[2:], (oh_n, blocks * lanes), kernel,
-                              strides, pb, dilations)
-        value = ctx.load(0, [n, c, *positions])
-        if conds:
-            value = Select(all_of(conds), value, identity)
-        current = Load(acc.name, (r, jj), f32)
-        return [Store(acc.name, (r, jj), Binary(combine, current, value))]
-
-    def result(jj: Var) -> list[Stmt]:
-        col = ow0 * lanes + jj
-        total = Load(acc.name, (r, jj), f32)
-        value = finish(total, row, col) if finish is not None else total
-        return [store_result(ctx, [n, c, row, col], value)]
-
-    stop = Binary("min", Const(lanes), Const(ow_n) - ow0 * lanes) if ow_n % lanes \
-        else Const(lanes)
-    body = [each_row([vector_loop(ctx, lanes, lambda jj: [Store(acc.name, (r, jj),
-                                                                  identity)])]),
-            For(kh, Const(0), Const(kernel[0]),
-                [For(kw, Const(0), Const(kernel[1]),
-                     [each_row([vector_loop(ctx, lanes, tap)])], 1, "unrolled")],
-                1, "unrolled"),
-            each_row([vector_loop(ctx, stop, result)])]
-    return [For(nc, Const(0), Const(nb * channels),
-                [For(oh, Const(0), Const(oh_n // down),
-                     [For(ow0, Const(0), Const(blocks), body)])])]
+    return schedule_pool_rows(ctx, window, combine, identity, lambda i: ctx.load(0, i), store)
 
 
 @lowering("max_pool")

@@ -26,7 +26,8 @@ from ember.loops.ir import (
     Var,
 )
 from ember.loops.lower.core import LowerContext, lowering
-from ember.loops.lower.ops.linalg import all_of, compute_load
+from ember.loops.lower.ops.linalg import compute_load
+from ember.loops.windows import all_of
 
 F64 = DType.f64
 

@@ -1,21 +1,15 @@
-"""Lowerings of Winograd's F(2x2, 3x3) transforms (ember/graph/ops/winograd.py). Both walk
-the tiles of a row of tiles on vector lanes, up to 16 at a time, and keep a tile's 16
-points in lane-private locals, so that each input element is loaded once and the
-additions run on vectors:
+"""Lowerings of Winograd's F(2x2, 3x3) transforms (ember/graph/ops/winograd.py): the
+arithmetic of one tile, its 16 points kept in lane-private locals, walked over the tiles by
+the Winograd schedules (ember/loops/schedules/winograd.py):
 
-    winograd_input:   for c (parallel), n, i < 4, th { for tw vectorized {
-                        %r[j] = (B^T d)[i][j], from two rows of x's tile (stride-2 loads)
-                        V[4 * i + j, c, (n * TH + th) * TW + tw] = (%r B)[j]
-                      } }
-    winograd_output:  for n, m (parallel), th { for tw vectorized {
-                        %p[a] = M[a, m, (n * TH + th) * TW + tw]        (contiguous loads)
-                        %s = %p A;  y[n, m, 2 * th + r, 2 * tw + c] = (A^T %s)[r][c]
-                      } }
+    winograd_input:   %r[j] = (B^T d)[i][j], from two rows of x's tile (stride-2 loads)
+                      V[4 * i + j, c, (n * TH + th) * TW + tw] = (%r B)[j]
+    winograd_output:  %p[a] = M[a, m, (n * TH + th) * TW + tw]        (contiguous loads)
+                      %s = %p A;  y[n, m, 2 * th + r, 2 * tw + c] = (A^T %s)[r][c]
 
-The output's four stores per tile are stride-2 scatters; its last row and column of tiles,
-when the output's size is odd, store only the elements inside the output (their own
-loops, so that no store needs a per-lane test). A fused epilogue (bias, activation,
-residual) applies at each of those stores.
+The output's four stores per tile are stride-2 scatters; a tile of its last row or column,
+when the output's size is odd, stores only the elements inside the output. A fused
+epilogue (bias, activation, residual) applies at each of those stores.
 """
 
 from __future__ import annotations
@@ -25,9 +19,9 @@ from ember.errors import UnsupportedOpError
 from ember.graph.ops.winograd import output_tiles
 from ember.loops.ir import Const, Expr, For, Load, Stmt, Store
 from ember.loops.lower.core import LowerContext, lowering
-from ember.loops.lower.ops.linalg import lane_chunks, store_result
+from ember.loops.lower.ops.linalg import store_result
+from ember.loops.schedules.winograd import schedule_winograd_input, schedule_winograd_output
 
-LANES = 16  # tiles per vector (one AVX-512 register of f32, two AVX2 ones)
 F32 = DType.f32
 
 
@@ -59,39 +53,30 @@ def _lane_values(ctx: LowerContext, values: list[Expr]) -> tuple[list[Stmt], lis
 
 @lowering("winograd_input")
 def winograd_input(ctx: LowerContext) -> list[Stmt]:
-    """One pass per row i of the 4x4 transform, over each channel's tiles: a pass writes 4
-    of the 16 points. Writing all 16 at once wrote 16 streams whose distance, C * T
-    floats, is often a multiple of 4 KiB, which puts them all in one L1 set of 8 ways
-    (512 channels at 7x7: 0.38 ms; in passes, 0.06)."""
+    """Row i of the 4x4 transform of each channel's tiles: 4 of a tile's 16 points."""
     _f32_only(ctx)
     (x,), (out,) = ctx.inputs, ctx.outputs
     nb, channels, h, w = x.shape
     th_n, tw_n = (h - 2) // 2, (w - 2) // 2
     n, c, a, col = ctx.var("n"), ctx.var("c"), ctx.var("a"), ctx.var("col")
 
-    def row_pass(i: int) -> For:
-        th = ctx.var("th")
+    def tile(i: int, th: Expr, tw: Expr) -> list[Stmt]:
+        def d(row: int, column: int) -> Expr:
+            return ctx.load(0, [n, c, th * 2 + row, tw * 2 + column])
 
-        def tile(tw: Expr) -> list[Stmt]:
-            def d(row: int, column: int) -> Expr:
-                return ctx.load(0, [n, c, th * 2 + row, tw * 2 + column])
-
-            # Row i of B^T d, which reads two rows of the tile.
-            load_r, r = _lane_values(ctx, [_input_rows([d(row, j) for row in range(4)])[i]
-                                           for j in range(4)])
-            t = (n * th_n + th) * tw_n + tw
-            row = _input_rows(r)
-            return [*load_r, *[Store(out.name, (Const(4 * i + j), c, t), row[j])
-                               for j in range(4)]]
-
-        return For(th, Const(0), Const(th_n), lane_chunks(ctx, tw_n, LANES, tile))
+        # Row i of B^T d, which reads two rows of the tile.
+        load_r, r = _lane_values(ctx, [_input_rows([d(row, j) for row in range(4)])[i]
+                                       for j in range(4)])
+        t = (n * th_n + th) * tw_n + tw
+        row = _input_rows(r)
+        return [*load_r, *[Store(out.name, (Const(4 * i + j), c, t), row[j])
+                           for j in range(4)]]
 
     # Columns past the tiles (the pitch) are zero: the matmul reads them.
     pitch = out.shape[2]
     past = [For(a, Const(0), Const(16), [For(col, Const(nb * th_n * tw_n), Const(pitch), [
         Store(out.name, (a, c, col), Const(0.0, F32))])])] if pitch > nb * th_n * tw_n else []
-    return [For(c, Const(0), Const(channels),
-                [For(n, Const(0), Const(nb), [row_pass(i) for i in range(4)]), *past])]
+    return schedule_winograd_input(ctx, nb, channels, (th_n, tw_n), n, c, tile, past)
 
 
 @lowering("winograd_output")
@@ -118,16 +103,4 @@ def winograd_output(ctx: LowerContext) -> list[Stmt]:
                        for r in range(rows)]
         return [*load_p, *load_s, *stores]
 
-    def row_of_tiles(th: Expr, rows: int) -> list[Stmt]:
-        # Whole tiles, then (odd width) the last tile's first column alone.
-        stmts = lane_chunks(ctx, ow_n // 2, LANES, lambda tw: tile(th, tw, rows, 2))
-        if ow_n % 2:
-            stmts += lane_chunks(ctx, 1, LANES, lambda tw: tile(th, tw + ow_n // 2, rows, 1))
-        return stmts
-
-    th = ctx.var("th")
-    body: list[Stmt] = [For(th, Const(0), Const(oh_n // 2), row_of_tiles(th, 2))]
-    if oh_n % 2:  # the last row of tiles: its first row alone
-        body += row_of_tiles(Const(oh_n // 2), 1)
-    return [For(n, Const(0), Const(nb), [For(m, Const(0), Const(channels), body)])]
-
+    return schedule_winograd_output(ctx, nb, channels, (oh_n, ow_n), n, m, tile)

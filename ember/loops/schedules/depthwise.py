@@ -1,0 +1,162 @@
+"""The schedule of an f32 2-D depthwise convolution (one input channel per output channel):
+per (image, channel), a zero-padded copy of the channel in a local plane, its columns dealt
+into `stride` phases, so that every tap reads in bounds with no test and consecutive
+outputs read consecutive plane elements; then groups of R rows by U blocks of L output
+columns sum the taps in register-held accumulators, one a vector:
+
+    for %nc = 0 to N * C {                            (parallel, by the default schedule)
+      %pad = 0;  %pad[ih + pt, (pl + iw) % s, (pl + iw) // s] = x[n, c, ih, iw]
+      for %oh = 0 to OH / R { for %ow0 = 0 to ceil(OW / L) / U {
+        (r < R, u < U unrolled; row = oh * R + r, col0 = (ow0 * U + u) * L)
+        for %jj = 0 to L vectorized { %acc[r * U + u, %jj] = 0.0 }
+        for %kh unrolled { for %kw unrolled { (r, u) { for %jj = 0 to L vectorized {
+          %acc[r * U + u, %jj] = fma(%pad[row * sh + kh * dh, (kw * dw) % s,
+                                          col0 + jj + (kw * dw) // s],
+                                     w[c, 0, kh, kw], %acc[r * U + u, %jj]) } } } }
+        for %jj = 0 to min(L, OW - col0) vectorized { out[n, c, row, col0 + jj] = %acc[...] }
+      } }
+    }
+
+Each tap is one vector load. At stride s > 1 the copy fills each phase with strided loads
+(every s-th input column); past MAX_LOAD_STRIDE it deals a row in one serial loop that
+stores s phases from s consecutive input columns, for LLVM's vectorizer. The lanes past
+the row's end read the plane's zero columns and are not stored. A plane too large for a
+thread's stack gets no schedule (the lowering keeps its plain nest).
+
+Reads no target fact: the lanes (L) and the vectors summed at once (R * U) are parameters.
+The measurements behind these choices: docs/decisions.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ember.dtypes import DType
+from ember.loops.analysis import MAX_LOAD_STRIDE
+from ember.loops.ir import Const, Expr, Fma, For, Load, Stmt, Store, Var, binary
+from ember.loops.schedules.conv import Conv2d, ConvTerms
+from ember.loops.schedules.lanes import lane_chunks, largest_divisor, vector_loop
+from ember.loops.schedules.params import Parameters, chosen
+
+F32 = DType.f32
+# lanes: output columns per vector (one AVX-512 or two AVX2 registers); chains: output
+# vectors summed at once, each its own chain of FMAs.
+PARAMETERS: Parameters = {"lanes": (16, (8, 16, 32)), "chains": (8, (1, 2, 4, 8, 12))}
+MAX_DEPTHWISE_PLANE = 1 << 16  # floats (256 KiB) of padded plane, on each thread's stack
+
+
+def schedule_depthwise_conv(ctx, conv: Conv2d, terms: ConvTerms) -> list[Stmt] | None:
+    """The scheduled nest of depthwise conv `conv` (its filter read as w[c, 0, kh, kw]),
+    or None when its plane does not fit MAX_DEPTHWISE_PLANE; `ctx` (a LowerContext) makes
+    its variables and locals and gives its parameters."""
+    (sh, sw), (pt, pl), (dh, dw) = conv.strides, conv.pads_begin, conv.dilations
+    nb, channels, oh_n, ow_n = conv.images, conv.channels_out, conv.out_rows, conv.out_cols
+    kh_n, kw_n = conv.kernel
+    h, wd = conv.in_rows, conv.in_cols
+    # Rows of an odd width (7 columns) measured slower with several chains: one by default.
+    parameters = chosen(ctx, "depthwise_conv", PARAMETERS,
+                        chains=PARAMETERS["chains"][0] if ow_n % 2 == 0 else 1)
+    lanes = min(parameters["lanes"], ow_n)
+    blocks = (ow_n + lanes - 1) // lanes
+    # The plane's rows and columns: what the taps of every (padded) output position read.
+    # At column stride s its columns are dealt into s phases (column c at phase c % s,
+    # position c // s), so that the columns a tap reads for consecutive outputs lie next
+    # to each other: one vector load per tap at any stride.
+    rows = (oh_n - 1) * sh + (kh_n - 1) * dh + 1
+    cols = (blocks * lanes - 1) * sw + (kw_n - 1) * dw + 1
+    per_phase = (cols + sw - 1) // sw
+    row_size = sw * per_phase
+    if rows * row_size > MAX_DEPTHWISE_PLANE:
+        return None
+    # The plane rounded up to whole vectors, so that zeroing it is loops of constant
+    # trips: a write the verifier sees (locals are private to each parallel iteration).
+    plane = (rows * row_size + lanes - 1) // lanes * lanes
+    # Several output vectors summed together, each its own chain of FMAs: one vector's
+    # taps wait on each other, several vectors' interleave, and vertical neighbours share
+    # the loads of their common rows. A group is `down` rows times `across` blocks of a
+    # row, up to `chains` vectors.
+    chains = parameters["chains"]
+    down = largest_divisor(oh_n, chains)
+    across = largest_divisor(blocks, chains // down)
+    pad, acc = ctx.local(F32, (plane,)), ctx.local(F32, (down * across, lanes))
+    nc, oh, ow0, kh, kw, r, u = (ctx.var(v) for v in ("nc", "oh", "ow0", "kh", "kw", "r", "u"))
+    n, c = (nc // channels, nc % channels) if nb > 1 else (Const(0), nc)
+    col0 = (ow0 * across + u) * lanes
+    row = oh * down + r
+    chain = r * across + u
+
+    def chunks(total: int, body: Callable[[Expr], list[Stmt]]) -> list[Stmt]:
+        return lane_chunks(ctx, total, lanes, body)
+
+    zero = chunks(plane, lambda i: [Store(pad.name, (i,), Const(0.0, F32))])
+    # Input rows that land in the plane, and per phase the positions whose input column
+    # iw = q * s + phase - pl is in the row (the rest stay zero: the padding).
+    first_row, last_row = max(0, -pt), min(h, rows - pt)
+    ih = ctx.var("ih")
+    copies: list[Stmt] = []
+
+    def deal(phase: int, i: Expr) -> Store:
+        return Store(pad.name, (((ih + pt) * sw + phase) * per_phase + i,),
+                     terms.x([n, c, ih, i * sw + phase - pl]))
+
+    spans = {}  # phase -> the positions whose input column is in the row
+    for phase in range(sw):
+        low = max(0, -(-(pl - phase) // sw))
+        high = min(per_phase - 1, (wd - 1 + pl - phase) // sw)
+        if high >= low:
+            spans[phase] = (low, high)
+    if sw <= MAX_LOAD_STRIDE:
+        # Per phase, vectors of its positions: at stride s > 1 each reads every s-th input
+        # column, a strided load (faster than LLVM's vectorization of the loop below).
+        for phase, (low, high) in spans.items():
+            copies += chunks(high - low + 1, lambda i, phase=phase, low=low: [
+                deal(phase, low + i)])
+    elif spans:
+        # Every phase in one serial loop over the positions they share: the loads of an
+        # iteration are consecutive input columns, which LLVM's vectorizer reads as wide
+        # loads and deals with shuffles (a gather per phase measured slower).
+        common = (max(lo for lo, _ in spans.values()), min(hi for _, hi in spans.values()))
+        if common[1] >= common[0]:
+            i = ctx.var("i")
+            copies.append(For(i, Const(common[0]), Const(common[1] + 1),
+                              [deal(phase, i) for phase in spans]))
+            rest = {phase: [(low, common[0] - 1), (common[1] + 1, high)]
+                    for phase, (low, high) in spans.items()}
+        else:
+            rest = {phase: [span] for phase, span in spans.items()}
+        for phase, ranges in rest.items():
+            for lo, hi in ranges:
+                if hi >= lo:
+                    j = ctx.var("i")
+                    copies.append(For(j, Const(lo), Const(hi + 1), [deal(phase, j)]))
+    copy = [For(ih, Const(first_row), Const(last_row), copies)]
+
+    def tap(jj: Var) -> list[Stmt]:
+        # Padded column (col0 + jj) * s + kw * d: phase (kw * d) % s, position
+        # col0 + jj + (kw * d) // s.
+        shift = kw * dw
+        at = (row * sh + kh * dh) * row_size + binary("mod", shift, sw) * per_phase + \
+            col0 + jj + binary("floordiv", shift, sw)
+        value = Fma(Load(pad.name, (at,), F32), terms.w([c, 0, kh, kw]),
+                    Load(acc.name, (chain, jj), F32))
+        return [Store(acc.name, (chain, jj), value)]
+
+    def each_block(body: list[Stmt]) -> For:
+        return For(r, Const(0), Const(down), [For(u, Const(0), Const(across), body, 1,
+                                                  "unrolled")], 1, "unrolled")
+
+    # Every lane runs but the store's: constant trips keep the accumulator in registers,
+    # and it is written before it is read in each iteration, which makes the outer loops
+    # parallel (locals are private to each thread).
+    full = Const(lanes)
+    stop = binary("min", full, binary("sub", ow_n, col0)) if ow_n % lanes else full
+    body = [each_block([vector_loop(ctx, full, lambda jj: [Store(acc.name, (chain, jj),
+                                                            Const(0.0, F32))])]),
+            For(kh, Const(0), Const(kh_n),
+                [For(kw, Const(0), Const(kw_n), [each_block([vector_loop(ctx, full, tap)])], 1,
+                     "unrolled")], 1, "unrolled"),
+            each_block([vector_loop(ctx, stop, lambda jj: [terms.store(
+                [n, c, row, col0 + jj], Load(acc.name, (chain, jj), F32))])])]
+    return [For(nc, Const(0), Const(nb * channels),
+                [*zero, *copy, For(oh, Const(0), Const(oh_n // down),
+                                   [For(ow0, Const(0), Const(blocks // across), body)])])]
