@@ -23,7 +23,8 @@ stores s phases from s consecutive input columns, for LLVM's vectorizer. The lan
 the row's end read the plane's zero columns and are not stored. A plane too large for a
 thread's stack gets no schedule (the lowering keeps its plain nest).
 
-Reads no target fact: the lanes (L) and the vectors summed at once (R * U) are parameters.
+Reads from the target: the f32 lanes, the default L (one vector register); L and the
+vectors summed at once (R * U) are parameters.
 The measurements behind these choices: docs/decisions.md.
 """
 
@@ -39,7 +40,7 @@ from ember.loops.schedules.lanes import lane_chunks, largest_divisor, vector_loo
 from ember.loops.schedules.params import Parameters, chosen
 
 F32 = DType.f32
-# lanes: output columns per vector (one AVX-512 or two AVX2 registers); chains: output
+# lanes: output columns per vector (default: the target's f32 lanes); chains: output
 # vectors summed at once, each its own chain of FMAs.
 PARAMETERS: Parameters = {"lanes": (16, (8, 16, 32)), "chains": (8, (1, 2, 4, 8, 12))}
 MAX_DEPTHWISE_PLANE = 1 << 16  # floats (256 KiB) of padded plane, on each thread's stack
@@ -54,7 +55,7 @@ def schedule_depthwise_conv(ctx, conv: Conv2d, terms: ConvTerms) -> list[Stmt] |
     kh_n, kw_n = conv.kernel
     h, wd = conv.in_rows, conv.in_cols
     # Rows of an odd width (7 columns) measured slower with several chains: one by default.
-    parameters = chosen(ctx, "depthwise_conv", PARAMETERS,
+    parameters = chosen(ctx, "depthwise_conv", PARAMETERS, lanes=ctx.target.lanes(F32),
                         chains=PARAMETERS["chains"][0] if ow_n % 2 == 0 else 1)
     lanes = min(parameters["lanes"], ow_n)
     blocks = (ow_n + lanes - 1) // lanes

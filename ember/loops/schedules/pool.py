@@ -16,7 +16,8 @@ The rows taken together are chains of their own: a NaN-propagating max is severa
 instructions a tap, which would wait on each other in one chain. These vectors do not
 depend on LLVM's loop vectorizer.
 
-Reads no target fact: the lanes (L) and rows at once (R) are parameters.
+Reads from the target: the f32 lanes, the default L (one vector register); L and the
+rows at once (R) are parameters.
 The measurements behind these choices: docs/decisions.md.
 """
 
@@ -32,7 +33,8 @@ from ember.loops.schedules.params import Parameters, chosen
 from ember.loops.windows import all_of, window_checks, window_position
 
 F32 = DType.f32
-# lanes: output columns per vector; chains: output vectors computed at once.
+# lanes: output columns per vector (default: the target's f32 lanes); chains: output
+# vectors computed at once.
 PARAMETERS: Parameters = {"lanes": (16, (8, 16, 32)), "chains": (8, (1, 2, 4, 8))}
 
 
@@ -61,7 +63,7 @@ def schedule_pool_rows(ctx, pool: Pool2d, combine: str, identity: Const,
     oh_n, ow_n = pool.out_rows, pool.out_cols
     nb, channels = pool.images, pool.channels
     kernel, strides, pb, dilations = pool.kernel, pool.strides, pool.pads_begin, pool.dilations
-    parameters = chosen(ctx, "pool", PARAMETERS)
+    parameters = chosen(ctx, "pool", PARAMETERS, lanes=ctx.target.lanes(F32))
     lanes = min(parameters["lanes"], ow_n)
     blocks = (ow_n + lanes - 1) // lanes
     down = largest_divisor(oh_n, parameters["chains"])  # rows taken together
