@@ -7,7 +7,7 @@
 Schedules read their facts from it (vector lanes per dtype, vector registers, FMA units and
 latency, cache sizes, cores); code generation reads the triple, CPU and features; the caches
 and the tuning database key on it. No other module asks what the host is: the driver
-resolves a config's target once (`Target.get`) and passes the value down.
+resolves a config's target once (`ember.driver.pipeline.resolve`) and passes it down.
 
 The host is described from what its processor reports, never from its name (LLVM names
 some machines after a sibling): features decide the vector width and registers, the
