@@ -49,6 +49,7 @@ class Target:
     kind: str = "cpu"  # "cpu", or "gpu" (phase 10: sm_80, sm_90)
     # Features the CPU name implies but this machine lacks (a VM may hide some): off for LLVM.
     disabled: tuple[str, ...] = ()
+    l1d_ways: int = 8  # L1's associativity: lines of one set (addresses 4 KiB apart) it holds
     cc: str = field(default="cc", compare=False)  # the C compiler that links its libraries
 
     # -- facts that schedules read -----------------------------------------------------------
@@ -83,7 +84,8 @@ class Target:
         change generated code or its speed."""
         text = "|".join(str(getattr(self, f)) for f in (
             "triple", "cpu", "features", "vector_bits", "vector_registers", "fma_units",
-            "fma_latency", "l1d_bytes", "l2_bytes", "l3_bytes", "cores", "kind", "disabled"))
+            "fma_latency", "l1d_bytes", "l1d_ways", "l2_bytes", "l3_bytes", "cores", "kind",
+            "disabled"))
         return f"{self.name}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
     def runs_here(self) -> bool:
@@ -104,7 +106,7 @@ class Target:
     def __str__(self) -> str:
         return (f"{self.name} ({self.triple}, {self.cpu}, {self.vector_bits}-bit vectors x"
                 f" {self.vector_registers}, {self.fma_units} FMA x {self.fma_latency} cycles,"
-                f" L1 {self.l1d_bytes >> 10} KiB, L2 {self.l2_bytes >> 10} KiB,"
+                f" L1 {self.l1d_bytes >> 10} KiB {self.l1d_ways}-way, L2 {self.l2_bytes >> 10} KiB,"
                 f" {self.cores} cores)")
 
     # -- where targets come from -------------------------------------------------------------
@@ -154,13 +156,13 @@ PRESETS: dict[str, Target] = {t.name: t for t in (
     # Intel Xeon Sapphire Rapids: AVX-512 with two 512-bit FMA ports, AMX.
     Target("sapphirerapids", _X86, "sapphirerapids",
            tuple(sorted(_AVX512 + ("avx512fp16", "amx-tile", "amx-int8", "amx-bf16"))),
-           512, 32, 2, 4, 48 << 10, 2 << 20, 105 << 20, 8),
+           512, 32, 2, 4, 48 << 10, 2 << 20, 105 << 20, 8, l1d_ways=12),
     # Arm Neoverse N1 (Graviton 2, Ampere Altra): 128-bit NEON, two FMA pipes.
     Target("neoverse-n1", _AARCH64, "neoverse-n1", ("neon",), 128, 32, 2, 4,
-           64 << 10, 1 << 20, 32 << 20, 8, cc="aarch64-linux-gnu-gcc"),
+           64 << 10, 1 << 20, 32 << 20, 8, l1d_ways=4, cc="aarch64-linux-gnu-gcc"),
     # Any ARMv8-A core (the seed's Cortex-A class): NEON is always there.
     Target("aarch64-linux-gnu", _AARCH64, "generic", ("neon",), 128, 32, 1, 4,
-           32 << 10, 512 << 10, 0, 4, cc="aarch64-linux-gnu-gcc"),
+           32 << 10, 512 << 10, 0, 4, l1d_ways=4, cc="aarch64-linux-gnu-gcc"),
     # Room for the GPU targets of phase 10: no backend serves them yet.
     Target("sm_80", "nvptx64-nvidia-cuda", "sm_80", ("ptx70",), 32, 255, 1, 4,
            192 << 10, 40 << 20, 0, 108, kind="gpu"),
@@ -170,20 +172,22 @@ PRESETS: dict[str, Target] = {t.name: t for t in (
 ALIASES = {"aarch64": "aarch64-linux-gnu", "arm64": "aarch64-linux-gnu"}
 
 
-def _cache_bytes() -> dict[int, int]:
-    """Data cache sizes by level as the kernel lists them for cpu0 (empty elsewhere)."""
-    sizes: dict[int, int] = {}
+def _data_caches() -> dict[int, tuple[int, int]]:
+    """(bytes, ways) of the data caches by level as the kernel lists them for cpu0 (empty
+    elsewhere)."""
+    caches: dict[int, tuple[int, int]] = {}
     for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
         try:
             if (index / "type").read_text().strip() == "Instruction":
                 continue
             level = int((index / "level").read_text())
             text = (index / "size").read_text().strip().upper()
+            ways = int((index / "ways_of_associativity").read_text() or 0)
         except (OSError, ValueError):
             continue
         scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-        sizes[level] = int(text.rstrip("KMG") or 0) * scale
-    return sizes
+        caches[level] = (int(text.rstrip("KMG") or 0) * scale, ways)
+    return caches
 
 
 def usable_cores() -> int:
@@ -229,10 +233,13 @@ def _host() -> Target:
     near = nearest_preset(triple, features)
     fma_units = near.fma_units if near and near.vector_bits == bits else 1
     fma_latency = near.fma_latency if near else 4
-    caches = _cache_bytes()
+    data = _data_caches()
+    caches = {level: size for level, (size, _) in data.items()}
+    ways = data.get(1, (0, 0))[1] or (near.l1d_ways if near else 8)
     return Target("host", triple, llvm.get_host_cpu_name(), tuple(sorted(features)), bits,
                   registers, fma_units, fma_latency,
                   caches.get(1, near.l1d_bytes if near else 32 << 10),
                   caches.get(2, near.l2_bytes if near else 512 << 10),
                   caches.get(3, near.l3_bytes if near else 0), usable_cores(),
-                  disabled=tuple(sorted(name for name, on in reported.items() if not on)))
+                  disabled=tuple(sorted(name for name, on in reported.items() if not on)),
+                  l1d_ways=ways)

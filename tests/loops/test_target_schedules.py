@@ -20,11 +20,14 @@ from ember.loops.ir import Const, Fma, For, Kernel, Stmt, Store
 from ember.loops.lower import lower_graph
 from ember.loops.schedule import schedule_program
 from ember.loops.schedules.gemm import (
+    GemmSchedule,
+    cache_blocks,
     conv_tile,
     default_tile,
     matrix_tile,
     matvec_width,
     register_tile,
+    tile_rows,
 )
 from ember.target import Target
 
@@ -109,8 +112,10 @@ def test_register_tile_fits_the_registers_and_feeds_the_fma_units(target) -> Non
     assert accumulators + across + 1 <= target.vector_registers
     most = (target.vector_registers - across - 1) // across * across
     assert accumulators >= min(target.fma_units * target.fma_latency, most)
-    assert default_tile(128, False, 256, target) == matrix_tile(target)
-    assert (matrix_tile(target).mr, matrix_tile(target).nr) == (mr, nr)
+    tile = matrix_tile(target, 128, 1024)
+    assert default_tile(128, False, 256, target, a_pitch=1024) == tile
+    assert tile.nr == nr and tile.mr == tile_rows(target, 128, 1024) <= mr
+    assert tile.mr * across >= min(target.fma_units * target.fma_latency, most)
 
 
 def test_register_bound_target_takes_every_register_it_can() -> None:
@@ -122,7 +127,7 @@ def test_register_bound_target_takes_every_register_it_can() -> None:
 def test_lowered_matmul_micro_kernel_has_the_targets_tile(target) -> None:
     """A 128x256x256 matmul's micro-kernel: mr rows unrolled, nr lanes vectorized, an
     mr x nr accumulator."""
-    mr, nr = register_tile(target)
+    mr, nr = tile_rows(target, 128, 256 * 4), register_tile(target)[1]
     kernel, = scheduled(matmul_graph(), target).kernels
     rows, columns = micro_kernel(kernel)
     assert (extent(rows), extent(columns)) == (mr, nr)
@@ -132,10 +137,12 @@ def test_lowered_matmul_micro_kernel_has_the_targets_tile(target) -> None:
 
 
 def test_synthetic_targets_get_different_micro_kernels() -> None:
-    """The same matmul lowered for 8 and 4 lanes gets 6x16 and 8x8 tiles."""
+    """The same 128-row matmul lowered for 8 and 4 lanes gets 6x16 and 13x8 tiles (8 lanes x
+    16 registers hold 6 rows; 32 registers hold 14, and 10 tiles of 13 cover 128 rows in
+    fewer FMA rounds than 10 of 14 or 11 of 12)."""
     shapes = [tuple(map(extent, micro_kernel(scheduled(matmul_graph(), t).kernels[0])))
               for t in (EIGHT_LANES, FOUR_LANES)]
-    assert shapes == [(6, 16), (8, 8)]
+    assert shapes == [(6, 16), (13, 8)]
 
 
 # -- (b) elementwise kernels -----------------------------------------------------------------
@@ -197,9 +204,9 @@ def test_elementwise_compiled_for_synthetic_target_matches_numpy(target) -> None
 
 
 # -- (c) the presets' documented tiles --------------------------------------------------------
-# register_tile: two vectors across; rows = (registers - 2 - 1) // 2, at most MAX_TILE_ROWS
-# (8) unless fma_units * fma_latency needs more; accumulators + 2 B vectors + 1 broadcast
-# fit. conv_tile: CONV_COLUMNS (16) f32 across; rows = (registers - vectors - 1) // vectors,
+# register_tile: two vectors across; the most rows = (registers - 2 - 1) // 2 (accumulators
+# + 2 B vectors + 1 broadcast fit; tile_rows picks a matmul's rows up to these).
+# conv_tile: CONV_COLUMNS (16) f32 across; rows = (registers - vectors - 1) // vectors,
 # at most 8. matvec_width: MAX 256 bytes of f32 across, at most (registers - 2) // 2 vectors
 # (two rows of accumulators and their broadcasts).
 PRESET_TILES = {
@@ -207,17 +214,17 @@ PRESET_TILES = {
     # registers; conv: 16 columns = 2 vectors, same 6 rows; matvec: 8 vectors of 256 bytes
     # but only (16 - 2) // 2 = 7 fit, 56 columns.
     "znver3": ((6, 16), (6, 16), 56),
-    # 16 lanes, 32 registers, 1 FMA x 4: (32 - 3) // 2 = 14 rows, cut to 8 (4 accumulators
-    # would do); conv: 16 columns = 1 vector, 30 rows cut to 8; matvec: 256 bytes = 4 vectors.
-    "znver4": ((8, 32), (8, 16), 64),
-    # 16 lanes, 32 registers, 2 FMA x 4: as znver4, 16 accumulators >= 8.
-    "sapphirerapids": ((8, 32), (8, 16), 64),
-    # 4 lanes, 32 registers, 2 FMA x 4: 14 rows cut to 8, 16 accumulators >= 8; conv:
-    # 16 columns = 4 vectors, (32 - 4 - 1) // 4 = 6 rows (24 + 4 + 1 = 29 registers);
-    # matvec: 256 bytes = 16 vectors, (32 - 2) // 2 = 15 fit, 60 columns.
-    "neoverse-n1": ((8, 8), (6, 16), 60),
+    # 16 lanes, 32 registers, 1 FMA x 4: (32 - 3) // 2 = 14 rows; conv: 16 columns =
+    # 1 vector, 30 rows cut to 8; matvec: 256 bytes = 4 vectors.
+    "znver4": ((14, 32), (8, 16), 64),
+    # 16 lanes, 32 registers, 2 FMA x 4: as znver4.
+    "sapphirerapids": ((14, 32), (8, 16), 64),
+    # 4 lanes, 32 registers, 2 FMA x 4: 14 rows; conv: 16 columns = 4 vectors,
+    # (32 - 4 - 1) // 4 = 6 rows (24 + 4 + 1 = 29 registers); matvec: 256 bytes =
+    # 16 vectors, (32 - 2) // 2 = 15 fit, 60 columns.
+    "neoverse-n1": ((14, 8), (6, 16), 60),
     # 4 lanes, 32 registers, 1 FMA x 4: the same tiles as neoverse-n1.
-    "aarch64-linux-gnu": ((8, 8), (6, 16), 60),
+    "aarch64-linux-gnu": ((14, 8), (6, 16), 60),
 }
 
 
@@ -241,3 +248,30 @@ def test_preset_conv_and_matvec_tiles_fit_the_registers(name) -> None:
     assert width % lanes == 0 and 2 * (width // lanes) + 2 <= target.vector_registers
     assert width * 4 <= 256
     assert default_tile(1, False, 4 * width, target).nr == width
+
+
+# A square sgemm's tile rows and blocks on each preset. Rows: at most the registers' 14 (6
+# with 16 registers); A's rows 4 KiB apart (K = 1024) all fall in one set of a 4 KiB-way L1
+# (znver3/4: 32 KiB 8-way; sapphirerapids: 48 KiB 12-way), so the rows stop at its ways;
+# neoverse-n1's ways are 16 KiB (64 KiB 4-way): 4 KiB apart, 4 rows share a set, and 14
+# fit. 16 rows: two tiles of 8. kc: the deepest B panel (kc x nr f32) in half of L2.
+PRESET_BLOCKS = {
+    "znver3": (6, 6, 256 << 10 >> 6),
+    "znver4": (8, 8, 512 << 10 >> 7),
+    "sapphirerapids": (12, 8, 1 << 20 >> 7),
+    "neoverse-n1": (14, 8, 512 << 10 >> 5),
+}
+
+
+@pytest.mark.parametrize("name", PRESET_BLOCKS)
+def test_preset_gemm_rows_and_blocks_derive_from_its_caches(name) -> None:
+    """tile_rows for 1024 rows 4 KiB apart and for 16 rows; cache_blocks' kc."""
+    target = Target.named(name)
+    rows_1024, rows_16, kc = PRESET_BLOCKS[name]
+    assert tile_rows(target, 1024, 4096) == rows_1024
+    assert tile_rows(target, 16, 4096) == rows_16
+    mr, nr = rows_1024, register_tile(target)[1]
+    blocks = cache_blocks(target, mr, nr)
+    assert blocks["kc"] == kc
+    assert blocks["mc"] % mr == 0 and blocks["nc"] % nr == 0
+    assert matrix_tile(target, 1024, 4096) == GemmSchedule(mr=mr, nr=nr, **blocks)

@@ -98,10 +98,6 @@ MIN_PARALLEL_FMAS = 1 << 19
 # 784x512 layer on 2 threads: 0.045 -> 0.03 ms a call in bench_models (ONNX Runtime 0.03).
 # (An earlier try measured 0.05-0.11 ms there, when bench_models timed single calls.)
 MIN_PARALLEL_MATVEC_FMAS = 1 << 16
-# The most bytes of the packed B block (kc x nc) and A block (mc x kc) per thread: they are
-# locals, on each thread's stack (8 MiB by default), and the B block should stay in L2.
-PACKED_B_BYTES = 1 << 20
-PACKED_A_BYTES = 1 << 19
 B_IN_PLACE_BYTES = 1 << 14  # a panel of contiguous B rows read in place, not copied ...
 B_IN_PLACE_TILES = 8  # ... by at most this many row tiles
 WORKSPACE_BYTES = 1 << 19  # partial sums of a task's rows when K takes several passes
@@ -212,17 +208,32 @@ def match_gemm(body: list[Stmt]) -> Gemm | None:
 
 def default_gemm_schedule(g: Gemm, target: Target) -> GemmSchedule:
     """The schedule a matmul gets on `target` (a tuned compile asks the database first)."""
-    return default_tile(g.m, bool(g.batch), g.n, target)
+    folded = not _variables(g.b) & {n for n, _ in g.batch}  # as the builder folds them
+    rows = g.m * math.prod(e for _, e in g.batch) if folded else g.m
+    return default_tile(g.m, bool(g.batch), g.n, target, rows, a_row_pitch(g))
 
 
-def default_tile(rows: int, batched: bool, n: int, target: Target) -> GemmSchedule:
+def default_tile(rows: int, batched: bool, n: int, target: Target,
+                 matrix_rows: int | None = None, a_pitch: int | None = None) -> GemmSchedule:
     """The default schedule of a matmul of `rows` rows (per batch) by `n` columns on
     `target`: also the panel width of the matrices packed at compile time (pack_matmuls),
-    so that the micro-kernel reads them in place."""
+    so that the micro-kernel reads them in place. `matrix_rows`: the rows that the tiles
+    cover (all batches' when they fold into one matrix); `a_pitch`: see matrix_tile."""
     width = matvec_width(target)
     if matrix_vector(rows, batched) and n >= width:
         return GemmSchedule(mr=2, nr=width)
-    return matrix_tile(target)
+    return matrix_tile(target, matrix_rows or rows, a_pitch)
+
+
+def a_row_pitch(g: Gemm) -> int | None:
+    """The bytes from one row of A to the next as the micro-kernel reads them, when it
+    reads them in place from a row-major operand (A[..., row, k]); None otherwise (a copied
+    A gets a pitch of its own)."""
+    a = g.a
+    if not (isinstance(a, Load) and g.row is not None and len(a.index) >= 2
+            and a.index[-1] == Var(g.k) and a.index[-2] == Var(g.row)):
+        return None
+    return g.depth * a.dtype.itemsize
 
 
 # A matrix-vector product streams B, one multiply-add per element: its tile reads this many
@@ -245,43 +256,117 @@ def matrix_vector(rows: int, batched: bool) -> bool:
 
 
 def register_tile(target: Target, vectors: int = 2) -> tuple[int, int]:
-    """(mr, nr) of the micro-kernel on `target`: `vectors` vectors of f32 across (nr) and
-    as many rows (mr) as the vector registers hold. Per k the tile takes `vectors` loads of
-    B's panel, mr broadcasts of A and mr * vectors FMAs into as many accumulators; the
-    accumulators, B's vectors and one broadcast must fit the registers (else LLVM spills
-    in the innermost loop), and there must be at least fma_units * fma_latency of them for
-    every FMA unit to start one each cycle. Two vectors across keep the loads per FMA near
-    one half (one broadcast feeds two FMAs), so that two FMA units need about one load a
-    cycle; more vectors widen the panel (the tiles past N) without saving work. The rows
-    stop at MAX_TILE_ROWS: each row of A is a stream of its own in memory."""
+    """(most rows, nr) of the micro-kernel on `target`: `vectors` vectors of f32 across
+    (nr) and as many rows as the vector registers hold. Per k the tile takes `vectors`
+    loads of B's panel, mr broadcasts of A and mr * vectors FMAs into as many accumulators;
+    the accumulators, B's vectors and one broadcast must fit the registers (else LLVM
+    spills in the innermost loop). Two vectors across keep the loads per FMA near one half
+    (one broadcast feeds two FMAs), so that two FMA units need about one load a cycle; more
+    vectors widen the panel (the tiles past N) without saving work. More rows read each
+    row of B's panel for more FMAs: `tile_rows` picks the rows of a given matmul."""
     vectors = max(1, min(vectors, (target.vector_registers - 2) // 2))
     rows = (target.vector_registers - vectors - 1) // vectors
-    busy = -(-target.fma_units * target.fma_latency // vectors)  # rows for full FMA units
-    rows = max(1, min(rows, max(busy, MAX_TILE_ROWS)))
-    return rows, vectors * target.lanes(F32)
+    return max(1, rows), vectors * target.lanes(F32)
 
 
-MAX_TILE_ROWS = 8
+def _busy_rows(target: Target, vectors: int) -> int:
+    """The fewest tile rows whose accumulators keep every FMA unit busy: fma_units *
+    fma_latency independent chains."""
+    return -(-target.fma_units * target.fma_latency // vectors)
+
+
+# The cost of a tile per k, in FMA rounds, that does not grow with its rows: its loads of
+# B's panel and the loop (a model for trading rows per tile against rows past the end).
+TILE_FIXED_COST = 3
+
+
+def tile_rows(target: Target, rows: int | None, a_pitch: int | None,
+              vectors: int = 2) -> int:
+    """The rows of the register tile of a matmul of `rows` rows on `target`, between the
+    FMA units' need and the registers' room (register_tile). Each row of A is read in
+    place, a stream of its own: when the pitch from row to row puts more of the tile's rows
+    in one set of L1 than it has ways (a pitch of a multiple of 4 KiB on a 48 KiB 12-way
+    L1), they evict each other every k, so such tiles are out. Among the rest, the one
+    that covers the rows in the fewest FMA rounds, tiles past the end included: each tile
+    costs its rows plus TILE_FIXED_COST per k (16 rows: two tiles of 8, not two of 12)."""
+    most = register_tile(target, vectors)[0]
+    fewest = min(most, _busy_rows(target, vectors))
+    fits = [r for r in range(fewest, most + 1)
+            if a_pitch is None or _rows_per_l1_set(target, a_pitch, r) <= target.l1d_ways]
+    fits = fits or [fewest]
+    if rows is None:
+        return max(fits)
+    return min(fits, key=lambda r: (_ceil(rows, r) * (r + TILE_FIXED_COST), -r))
+
+
+def _rows_per_l1_set(target: Target, pitch: int, rows: int) -> int:
+    """The most of `rows` rows, `pitch` bytes apart, whose lines fall in one set of L1."""
+    sets = max(1, target.l1d_bytes // (64 * target.l1d_ways))
+    count: dict[int, int] = {}
+    for i in range(rows):
+        line = i * pitch // 64 % sets
+        count[line] = count.get(line, 0) + 1
+    return max(count.values())
 
 
 def conv_tile(target: Target) -> tuple[int, int]:
     """(mr, nr) of an implicit-GEMM convolution's micro-kernel on `target`: CONV_COLUMNS
     output positions across (wider tiles leave fewer panels inside an output row) and as
-    many output channels as the registers hold, up to MAX_TILE_ROWS (A is the filter read
-    in place: a stream per row)."""
+    many output channels as the registers hold, up to MAX_CONV_TILE_ROWS (A is the filter
+    read in place: a stream per row)."""
     lanes = target.lanes(F32)
     vectors = max(1, CONV_COLUMNS // lanes)
     rows = (target.vector_registers - vectors - 1) // vectors
-    return max(1, min(rows, MAX_TILE_ROWS)), vectors * lanes
+    return max(1, min(rows, MAX_CONV_TILE_ROWS)), vectors * lanes
 
 
 CONV_COLUMNS = 16
+MAX_CONV_TILE_ROWS = 8
 
 
-def matrix_tile(target: Target) -> GemmSchedule:
-    """The default schedule of a matmul with more than two rows on `target`."""
-    mr, nr = register_tile(target)
-    return GemmSchedule(mr=mr, nr=nr)
+def matrix_tile(target: Target, rows: int | None = None,
+                a_pitch: int | None = None) -> GemmSchedule:
+    """The default schedule on `target` of a matmul of `rows` rows (more than two; None:
+    many) whose micro-kernel reads A's rows in place `a_pitch` bytes apart (None: A is
+    copied, or its rows are not apart in memory)."""
+    nr = register_tile(target)[1]
+    mr = tile_rows(target, rows, a_pitch)
+    return GemmSchedule(mr=mr, nr=nr, **cache_blocks(target, mr, nr))
+
+
+# A block's rows and columns, about: each packed B panel serves MC_ROWS rows of tiles
+# before the next, and each block of A's rows NC_COLUMNS of panels (on Sapphire Rapids
+# 48-384 rows and 128-512 columns measured alike: docs/benchmarks.md).
+MC_ROWS = 96
+NC_COLUMNS = 256
+
+
+def cache_blocks(target: Target, mr: int, nr: int) -> dict[str, int]:
+    """The blocks (kc, mc, nc) around an mr x nr tile on `target`, from its L2 (BLIS's
+    blocking, with this micro-kernel's reads). A task's packed B block (kc x nc) stays in
+    L2 while its row tiles stream A past it, in half of L2 (`packed_b_bytes`); A's rows are
+    read in place, long runs that the prefetchers follow, and a pass over k would cut them
+    into short ones and reload every tile's partial sums, so a pass is as deep as one
+    packed panel (kc x nr) that fills that half: K is summed in one pass unless it is
+    longer. mc and nc are whole tiles and panels near MC_ROWS and NC_COLUMNS."""
+    return {"kc": packed_b_bytes(target) // (4 * nr), "mc": mr * max(1, round(MC_ROWS / mr)),
+            "nc": nr * max(1, round(NC_COLUMNS / nr))}
+
+
+# Packed blocks are locals, on each thread's stack (8 MiB by default): the budgets below
+# stop at these however large the caches.
+MOST_PACKED_B_BYTES = 1 << 20
+MOST_PACKED_A_BYTES = 1 << 19
+
+
+def packed_b_bytes(target: Target) -> int:
+    """The most bytes of a task's packed B block: half of L2."""
+    return min(target.l2_bytes // 2, MOST_PACKED_B_BYTES)
+
+
+def packed_a_bytes(target: Target) -> int:
+    """The most bytes of a copied A block (mc x kc): a quarter of L2, beside B's block."""
+    return min(target.l2_bytes // 4, MOST_PACKED_A_BYTES)
 
 
 def _ceil(a: int, b: int) -> int:
@@ -306,7 +391,7 @@ class _Builder:
         self.npc = _ceil(g.depth, s.kc)
         self.kc = _ceil(g.depth, self.npc)
         # Packed blocks are locals, on the stack of each thread: they get a budget.
-        widest = max(self.nr, PACKED_B_BYTES // (4 * self.kc) // self.nr * self.nr)
+        widest = max(self.nr, packed_b_bytes(ctx.target) // (4 * self.kc) // self.nr * self.nr)
         self.njc = _ceil(g.n, min(s.nc, widest))
         self.work = self.nbatch * g.m * g.n * g.depth
         matvec = matrix_vector(g.m, bool(g.batch))
@@ -325,7 +410,7 @@ class _Builder:
         self.ncp = _ceil(_ceil(g.n, self.njc), self.nr)  # panels per column block
         self.nc = self.ncp * self.nr
         self.njc = _ceil(g.n, self.nc)  # fewer when rounding up to panels made blocks wider
-        tallest = max(1, PACKED_A_BYTES // (4 * self.kc) // self.mr)
+        tallest = max(1, packed_a_bytes(ctx.target) // (4 * self.kc) // self.mr)
         self.mcp = min(max(1, s.mc // self.mr), tallest, _ceil(self.rows, self.mr))
         self.mc = self.mcp * self.mr
         # Row groups: the tiles split evenly, into enough groups for `parallel` tasks, and
