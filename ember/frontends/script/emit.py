@@ -1,0 +1,502 @@
+"""The abstract interpreter: runs a scripted function's AST on compile-time values and
+emits graph IR for what depends on arrays.
+
+Python constants compute in Python (so a branch on an int argument folds and a loop over
+constant state unrolls); array values emit ops. A name is rebound, never mutated (SSA by
+renaming). An `if` on an array condition becomes an `if` op yielding the names both
+branches may bind that are live after it; a loop becomes a `loop` op carrying the names
+its body binds that are live at its head (see liveness.py). Expressions are in
+expressions.py; values and their joins in types.py and joins.py.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ember.dtypes import DType
+from ember.errors import ScriptError, ScriptSyntaxError, ScriptTypeError
+from ember.frontends.script.arrays import ArrayOps, ScriptOpError
+from ember.frontends.script.checks import check_function
+from ember.frontends.script.exits import describe_name, transform_exits
+from ember.frontends.script.expressions import ExpressionEmitter
+from ember.frontends.script.joins import Mismatch, coerce, join, rebuild, tensor_leaves, tree_of
+from ember.frontends.script.liveness import annotate_liveness, bound_names
+from ember.frontends.script.source import FunctionSource, read_source
+from ember.frontends.script.types import ArrayValue, RuntimeInput, Undefined
+from ember.graph.builder import Builder
+from ember.graph.ir import Region, TensorType
+
+# Iterations of a loop over Python-constant state run at compile time before the rest
+# becomes a loop op (unrolling long loops costs compile time: JAX #2777).
+UNROLL_BUDGET = 64
+# Passes over a loop body to find the types its carried values settle on.
+MAX_TYPE_PASSES = 3
+MAX_INLINE_DEPTH = 32
+I64_MAX = np.iinfo(np.int64).max
+
+
+class ScriptedFunction:
+    """A function read, checked and exit-transformed at decoration: ready to specialize."""
+
+    def __init__(self, fn: Callable[..., Any]):
+        from ember.frontends.script.library import is_supported_global
+
+        self.fn = fn
+        self.name = fn.__name__
+        self.signature = inspect.signature(fn)
+        self.source: FunctionSource = read_source(fn)
+        check_function(self.source, is_supported_global)
+        transform_exits(self.source)
+        annotate_liveness(self.source.tree)
+
+
+def is_scripted(obj: Any) -> bool:
+    return isinstance(getattr(obj, "__ember_script__", None), ScriptedFunction)
+
+
+@dataclass
+class Env:
+    """A function's names: their values and the statement that last bound each."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    origins: dict[str, ast.AST] = field(default_factory=dict)
+
+    def copy(self) -> Env:
+        return Env(dict(self.values), dict(self.origins))
+
+    def bind(self, name: str, value: Any, origin: ast.AST) -> None:
+        self.values[name] = value
+        self.origins[name] = origin
+
+
+@dataclass
+class Frame:
+    script: ScriptedFunction
+    env: Env
+    result: Any = None
+    returned: bool = False
+
+
+class Emitter(ExpressionEmitter):
+    def __init__(self, builder: Builder):
+        self.builder = builder
+        self.ops = ArrayOps(builder)
+        self.frame: Frame | None = None
+        self.depth = 0
+
+    # -- positions ---------------------------------------------------------------------------
+    @property
+    def source(self) -> FunctionSource:
+        return self.frame.script.source
+
+    def error(self, cls: type[ScriptError], node: ast.AST, message: str,
+              notes: tuple = ()) -> ScriptError:
+        return self.source.error(cls, node, message, notes)
+
+    # -- functions ---------------------------------------------------------------------------
+    def call(self, script: ScriptedFunction, args: list[Any], kwargs: dict[str, Any],
+             node: ast.AST | None = None) -> Any:
+        """Emit `script` inline on argument values; its return value."""
+        try:
+            bound = script.signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise ScriptOpError(f"{script.name}(): {e}") from None
+        bound.apply_defaults()
+        if self.depth >= MAX_INLINE_DEPTH:
+            raise ScriptOpError(f"calls nest deeper than {MAX_INLINE_DEPTH} (is {script.name}"
+                                " recursive? scripted functions are inlined)")
+        env = Env()
+        for name, value in bound.arguments.items():
+            env.bind(name, mark_argument(value, name), script.source.tree)
+        caller, self.frame = self.frame, Frame(script, env)
+        self.depth += 1
+        try:
+            self.block(script.source.tree.body)
+            return self.frame.result
+        finally:
+            self.frame, self.depth = caller, self.depth - 1
+
+    # -- statements --------------------------------------------------------------------------
+    def block(self, stmts: list[ast.stmt]) -> None:
+        for stmt in stmts:
+            if self.frame.returned:
+                return
+            getattr(self, f"stmt_{type(stmt).__name__}")(stmt)
+
+    def stmt_Pass(self, node: ast.Pass) -> None:
+        pass
+
+    def stmt_Expr(self, node: ast.Expr) -> None:
+        if not isinstance(node.value, ast.Constant):  # (a docstring)
+            self.expr(node.value)
+
+    def stmt_Return(self, node: ast.Return) -> None:
+        self.frame.result = self.expr(node.value) if node.value is not None else None
+        self.frame.returned = True
+
+    def stmt_Assign(self, node: ast.Assign) -> None:
+        value = self.expr(node.value)
+        for target in node.targets:
+            self.assign(target, value, node)
+
+    def stmt_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self.assign(node.target, self.expr(node.value), node)
+
+    def stmt_AugAssign(self, node: ast.AugAssign) -> None:
+        current = self.expr(_as_load(node.target))
+        value = self.binary(node.op, current, self.expr(node.value), node)
+        self.assign(node.target, value, node)
+
+    def assign(self, target: ast.expr, value: Any, stmt: ast.AST) -> None:
+        env = self.frame.env
+        if isinstance(target, ast.Name):
+            env.bind(target.id, rebind(value, stmt), stmt)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            items = self.unpack(value, len(target.elts), target)
+            for item, value_item in zip(target.elts, items):
+                self.assign(item, value_item, stmt)
+        elif isinstance(target, ast.Subscript):
+            name = target.value.id
+            base = self.expr(target.value)
+            if not isinstance(base, ArrayValue):
+                raise self.error(ScriptTypeError, target, f"cannot assign into `{name}`, a"
+                                 f" {type(base).__name__}: only arrays support `x[i] = v`")
+            if base.argument is not None:
+                raise self.error(ScriptTypeError, target,
+                                 f"setitem on `{name}` would change the caller's array"
+                                 f" `{base.argument}`: copy it first (`{name} ="
+                                 f" {base.argument}.copy()`)",
+                                 ((env.origins.get(name), f"`{name}` is bound here"),))
+            index = self.index(target.slice)
+            with self.positioned(target):
+                updated = self.ops.setitem(base, index, value)
+            env.bind(name, rebind(updated, stmt), stmt)
+
+    def unpack(self, value: Any, count: int, node: ast.AST) -> list[Any]:
+        if isinstance(value, ArrayValue) and value.shape and value.shape[0] == count:
+            with self.positioned(node):
+                return [self.ops.getitem(value, k) for k in range(count)]
+        if not isinstance(value, tuple) or len(value) != count:
+            got = f"{len(value)} values" if isinstance(value, tuple) else \
+                f"a {type(value).__name__}"
+            raise self.error(ScriptTypeError, node, f"cannot unpack {got} into {count} names")
+        return list(value)
+
+    # -- if ----------------------------------------------------------------------------------
+    def stmt_If(self, node: ast.If) -> None:
+        cond = self.expr(node.test)
+        if not isinstance(cond, ArrayValue):
+            self.block(node.body if self.constant_truth(cond, node.test) else node.orelse)
+            return
+        with self.positioned(node.test):
+            cond = self.ops.truth(cond)
+        names = sorted((bound_names(node.body) | bound_names(node.orelse))
+                       & node.ember_live_out)
+        env = self.frame.env
+        branches = []
+        for block in (node.body, node.orelse):
+            region, branch_env = Region(), env.copy()
+            with self.in_region(region, branch_env):
+                self.block(block)
+            branches.append((region, branch_env))
+        guard = getattr(node, "ember_guard", False)
+        self.join_branches(node, cond, names, branches, guard)
+
+    def join_branches(self, node: ast.AST, cond: ArrayValue, names: list[str],
+                      branches: list[tuple[Region, Env]], guard: bool) -> None:
+        """Emit the `if` op of two filled branches, yielding `names` joined."""
+        env = self.frame.env
+        trees = {}
+        for name in names:
+            (_, then_env), (_, else_env) = branches
+            then_value = then_env.values.get(name, Undefined())
+            else_value = else_env.values.get(name, Undefined())
+            try:
+                trees[name] = join(tree_of(then_value), tree_of(else_value))
+            except Mismatch as e:
+                a, b = e.args
+                raise self.error(
+                    ScriptTypeError, node, f"{describe_name(name)} is {a} after the then branch"
+                    f" but {b} after the else branch: both must have one type",
+                    ((then_env.origins.get(name), f"{describe_name(name)} is {a} here"),
+                     (else_env.origins.get(name), f"{describe_name(name)} is {b} here"))) \
+                    from None
+        for region, branch_env in branches:
+            ops = ArrayOps(self.builder.region_builder(region))
+            region.outputs = [leaf.value for name in names
+                              for leaf in coerce(ops, branch_env.values.get(name, Undefined()),
+                                                 trees[name])]
+        op = self.builder.op("if", [cond.value], {}, [r for r, _ in branches])
+        results = [ArrayValue(v, weak=weak)
+                   for v, (_, weak) in zip(op.results, [leaf for n in names
+                                                        for leaf in tensor_leaves(trees[n])])]
+        for name in names:
+            value = rebuild(trees[name], results)
+            one_sided = [e for _, e in branches if name not in e.values
+                         or isinstance(e.values[name], Undefined)]
+            if one_sided and not guard and not name.startswith("$") \
+                    and isinstance(value, ArrayValue) and name not in env.values:
+                defined = next(e for _, e in branches if e not in one_sided)
+                value.partial = defined.origins.get(name)
+            origin = next((e.origins[name] for _, e in branches if name in e.origins), node)
+            env.bind(name, value, origin)
+
+    # -- loops -------------------------------------------------------------------------------
+    def stmt_For(self, node: ast.For) -> None:
+        args = [self.expr(a) for a in node.iter.args]
+        start, stop, step = (0, args[0], 1) if len(args) == 1 else \
+            (args[0], args[1], args[2] if len(args) == 3 else 1)
+        if not isinstance(step, int) or isinstance(step, bool) or step == 0:
+            raise self.error(ScriptTypeError, node.iter, "the step of a scripted range must be"
+                             " a nonzero Python int (a constant)")
+        for bound in (start, stop):
+            if not (isinstance(bound, int) or (isinstance(bound, ArrayValue)
+                                               and bound.shape == ()
+                                               and bound.dtype.np.kind in "iu")):
+                raise self.error(ScriptTypeError, node.iter, "range bounds must be integers")
+        if isinstance(start, int) and isinstance(stop, int):
+            trip = len(range(start, stop, step))
+            done = self.unroll(node, lambda k: (k < trip, start + k * step))
+            if done is None:
+                return
+            start, trip = start + done * step, trip - done
+            trip_value = self.ops.index(trip)
+        else:
+            with self.positioned(node.iter):
+                trip_value = self.trip_count(start, stop, step)
+        self.emit_loop(node, trip_value, start, step)
+
+    def trip_count(self, start: Any, stop: Any, step: int) -> ArrayValue:
+        """max(0, ceil((stop - start) / step)) as an i64 scalar."""
+        ops = self.ops
+        start, stop = (ops.cast(ops.array(v), DType.i64) for v in (start, stop))
+        span = ops.op("sub", stop, start) if step > 0 else ops.op("sub", start, stop)
+        size = abs(step)
+        count = ops.op("div", ops.op("add", span, ops.index(size - 1)), ops.index(size))
+        return ops.op("max", count, ops.index(0))
+
+    def stmt_While(self, node: ast.While) -> None:
+        def more(k: int) -> tuple[bool | None, None]:
+            test = self.expr(node.test)
+            if isinstance(test, ArrayValue):
+                return None, None
+            return self.constant_truth(test, node.test), None
+
+        if self.unroll(node, more) is None:
+            return
+        self.emit_loop(node, self.ops.index(I64_MAX), None, None)
+
+    def unroll(self, node: ast.For | ast.While, more: Callable[[int], tuple]) -> int | None:
+        """Run iterations at compile time while the loop's state stays Python constants;
+        None when the loop ran to its end, else the count run before a loop op is needed."""
+        env = self.frame.env
+        for k in range(UNROLL_BUDGET + 1):
+            go, iv = more(k)
+            stops = [env.values.get(f, False) for f in node.ember_stop]
+            if go is None or any(isinstance(s, ArrayValue) for s in stops):
+                return k
+            if not go or any(stops):
+                return None
+            if k == UNROLL_BUDGET:
+                return k
+            trial = env.copy()
+            if isinstance(node, ast.For):
+                trial.bind(node.target.id, iv, node)
+            with self.in_region(Region(), trial):
+                self.block(node.body)
+            carried = [trial.values.get(n) for n in node.ember_carried]
+            if not all(is_constant(v) for v in carried):
+                return k
+            env.values.update(trial.values)
+            env.origins.update(trial.origins)
+        return UNROLL_BUDGET
+
+    def emit_loop(self, node: ast.For | ast.While, trip: ArrayValue, start: Any,
+                  step: int | None) -> None:
+        env = self.frame.env
+        names = list(node.ember_carried)
+        entry = {n: env.values.get(n, Undefined()) for n in names}
+        trees = {n: tree_of(v) for n, v in entry.items()}
+        for _ in range(MAX_TYPE_PASSES):
+            region, body_env, outs = self.loop_body(node, trees, start, step)
+            new_trees = {}
+            for name in names:
+                try:
+                    new_trees[name] = join(trees[name], tree_of(outs[name]))
+                except Mismatch as e:
+                    self.loop_type_error(node, name, e, env, body_env)
+            if new_trees == trees:
+                break
+            trees = new_trees
+        else:
+            raise self.error(ScriptTypeError, node, "the loop's carried values do not settle"
+                             " on fixed types")
+        body_ops = ArrayOps(self.builder.region_builder(region))
+        with self.in_region(region, body_env):
+            cond = self.loop_condition(node, body_env)
+        carried_outs = [leaf.value for n in names
+                        for leaf in coerce(body_ops, outs[n], trees[n])]
+        region.outputs = [cond.value, *carried_outs]
+        initial = [leaf.value for n in names for leaf in coerce(self.ops, entry[n], trees[n])]
+        cond0 = self.loop_condition(node, env, entry=True)
+        op = self.builder.op("loop", [trip.value, cond0.value, *initial], {}, [region])
+        weak = [w for n in names for _, w in tensor_leaves(trees[n])]
+        results = [ArrayValue(v, weak=w) for v, w in zip(op.results, weak)]
+        for name in names:
+            env.bind(name, rebuild(trees[name], results), body_env.origins.get(name, node))
+
+    def loop_body(self, node, trees, start, step):
+        """One emission of the body into a fresh region whose arguments have `trees`' types."""
+        leaves = [leaf for n in node.ember_carried for leaf in tensor_leaves(trees[n])]
+        region = Region([TensorType(DType.i64, ()), *(t for t, _ in leaves)])
+        args = [ArrayValue(a, weak=w) for a, (_, w) in zip(region.args[1:], leaves)]
+        body_env = self.frame.env.copy()
+        for name in node.ember_carried:
+            body_env.values[name] = rebuild(trees[name], args)
+        with self.in_region(region, body_env):
+            if isinstance(node, ast.For):
+                counter = ArrayValue(region.args[0])
+                iv = self.ops.op("add", self.ops.index(start) if isinstance(start, int)
+                                 else self.ops.cast(start, DType.i64),
+                                 self.ops.op("mul", counter, self.ops.index(step)), weak=True)
+                body_env.bind(node.target.id, iv, node)
+            self.block(node.body)
+        outs = {n: body_env.values.get(n, Undefined()) for n in node.ember_carried}
+        return region, body_env, outs
+
+    def loop_condition(self, node, env: Env, entry: bool = False) -> ArrayValue:
+        """Whether another iteration runs: the while test (not at a for) and no stop flag."""
+        go: Any = True
+        if isinstance(node, ast.While):
+            saved, self.frame.env = self.frame.env, env
+            try:
+                go = self.expr(node.test)
+            finally:
+                self.frame.env = saved
+        for flag in node.ember_stop:
+            value = env.values.get(flag, False)
+            go = self.logical_and(go, self.logical_not(value))
+        return self.ops.truth(go) if isinstance(go, ArrayValue) else \
+            self.ops.constant(np.asarray(bool(go)))
+
+    def loop_type_error(self, node, name, mismatch, env, body_env):
+        a, b = mismatch.args
+        what = describe_name(name)
+        raise self.error(
+            ScriptTypeError, body_env.origins.get(name, node),
+            f"{what} changes type in the loop: {a} before it and {b} after an iteration;"
+            f" a loop-carried value keeps its shape and dtype",
+            ((env.origins.get(name), f"{what} is {a} here, before the loop"),
+             (node, "in this loop")))
+
+    # -- helpers -----------------------------------------------------------------------------
+    @contextmanager
+    def in_region(self, region: Region, env: Env) -> Iterator[None]:
+        saved = self.builder, self.ops, self.frame.env
+        self.builder = self.builder.region_builder(region)
+        self.ops = ArrayOps(self.builder)
+        self.frame.env = env
+        try:
+            yield
+        finally:
+            self.builder, self.ops, self.frame.env = saved
+
+    @contextmanager
+    def positioned(self, node: ast.AST) -> Iterator[None]:
+        """ScriptOpErrors raised inside become ScriptTypeErrors at `node`."""
+        try:
+            yield
+        except ScriptOpError as e:
+            raise self.error(ScriptTypeError, node, str(e)) from None
+
+    def constant_truth(self, value: Any, node: ast.AST) -> bool:
+        try:
+            return bool(value)
+        except Exception as e:
+            raise self.error(ScriptTypeError, node, f"cannot use this as a condition: {e}") \
+                from None
+
+
+def is_constant(value: Any) -> bool:
+    if isinstance(value, tuple):
+        return all(is_constant(v) for v in value)
+    return not isinstance(value, (ArrayValue, Undefined))
+
+
+def rebind(value: Any, origin: ast.AST) -> Any:
+    """`value` as bound by the statement `origin` (a new binding of the same IR value)."""
+    if isinstance(value, tuple):
+        return tuple(rebind(v, origin) for v in value)
+    if isinstance(value, ArrayValue):
+        return ArrayValue(value.value, value.weak, origin, value.argument, value.partial)
+    return value
+
+
+def mark_argument(value: Any, name: str) -> Any:
+    if isinstance(value, tuple):
+        return tuple(mark_argument(v, name) for v in value)
+    if isinstance(value, ArrayValue):
+        return ArrayValue(value.value, value.weak, value.origin, name)
+    return value
+
+
+def _as_load(target: ast.expr) -> ast.expr:
+    """The expression reading what `target` (of an augmented assignment) names."""
+    copy = ast.parse(ast.unparse(target), mode="eval").body
+    for a, b in zip(ast.walk(copy), ast.walk(target)):
+        ast.copy_location(a, b)
+    return copy
+
+
+def emit_function(script: ScriptedFunction, params: dict[str, Any], name: str | None = None):
+    """The graph of `script` specialized on `params` (name -> a Python constant, a
+    RuntimeInput, or a tuple of these) and the shape tree of its return value."""
+    builder = Builder(name or script.name)
+    values = {}
+
+    def bind(value: Any, path: str) -> Any:
+        if isinstance(value, RuntimeInput):
+            return ArrayValue(builder.input(path, value.dtype, value.shape), weak=value.weak)
+        if isinstance(value, tuple):
+            return tuple(bind(v, f"{path}_{k}") for k, v in enumerate(value))
+        return value
+
+    for param, value in params.items():
+        values[param] = bind(value, param)
+    emitter = Emitter(builder)
+    caller = Frame(script, Env())
+    emitter.frame = caller
+    try:
+        result = emitter.call(script, [], values)
+    except ScriptOpError as e:  # raised outside any positioned expression
+        raise script.source.error(ScriptTypeError, script.source.tree, str(e),
+                                  length=len("def")) from None
+    tree = tree_of(result)
+    leaves = flatten_arrays(result)
+    if tree_has(tree, "undef"):
+        raise script.source.error(ScriptSyntaxError, script.source.tree,
+                                  f"`{script.name}` may return an undefined value",
+                                  length=len("def"))
+    out_ops = ArrayOps(builder)
+    builder.output(*(out_ops.cast(v, v.dtype).value for v in leaves))
+    return builder.build(), tree
+
+
+def flatten_arrays(value: Any) -> list[ArrayValue]:
+    if isinstance(value, tuple):
+        return [leaf for v in value for leaf in flatten_arrays(v)]
+    return [value] if isinstance(value, ArrayValue) else []
+
+
+def tree_has(tree: tuple, kind: str) -> bool:
+    if tree[0] == "tuple":
+        return any(tree_has(t, kind) for t in tree[1])
+    return tree[0] == kind
+
