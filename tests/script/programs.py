@@ -1,0 +1,186 @@
+"""Plain Python functions on NumPy arrays that tests run both as written and scripted."""
+
+import numpy as np
+
+import ember
+
+
+def rnn_sequence(x, W, U, b):
+    h = np.zeros((x.shape[1], W.shape[1]), x.dtype)
+    for t in range(x.shape[0]):
+        h = np.tanh(x[t] @ W + h @ U + b)
+    return h
+
+
+def newton_cube_root(a, tol):
+    x = a
+    while np.max(np.abs(x * x * x - a)) > tol:
+        x = x - (x * x * x - a) / (3.0 * x * x)
+    return x
+
+
+def while_true_break(x, limit):
+    total = np.zeros_like(x)
+    k = 0
+    while True:
+        total = total + x * k
+        k += 1
+        if np.sum(total) > limit:
+            break
+    return total, k
+
+
+def sum_odd_rows(x):
+    acc = np.zeros(x.shape[1], x.dtype)
+    for i in range(x.shape[0]):
+        if np.sum(x[i]) < 0:
+            continue
+        acc += x[i]
+    return acc
+
+
+def nested_if_in_for(x, n):
+    y = x
+    for _i in range(n):
+        if np.mean(y) > 0:
+            if np.max(y) > 2.0:
+                y = y * 0.5
+            else:
+                y = y + 1.0
+        elif np.min(y) < -3.0:
+            y = y * -0.25
+        else:
+            y = y - 0.5
+    return y
+
+
+def range_steps(x):
+    acc = np.zeros_like(x)
+    for i in range(1, 9, 3):
+        acc = acc + x * i
+    for j in range(10, 0, -2):
+        acc = acc - x / j
+    for _k in range(5, 5):
+        acc = acc * 100.0
+    return acc
+
+
+def negative_step_index(x):
+    out = np.zeros_like(x)
+    for i in range(x.shape[0] - 1, -1, -1):
+        out[i] = x[i] * (i + 1) + out[(i + 1) % x.shape[0]]
+    return out
+
+
+def carried_tuple(x, n):
+    state = (x, np.zeros_like(x))
+    for _i in range(n):
+        a, b = state
+        state = (a * 0.5 + b, b + a)
+    return state
+
+
+def _cell(h, c, w):
+    c = np.tanh(h @ w) * 0.5 + c
+    return np.tanh(c), c
+
+
+scripted_cell = ember.script(_cell)
+
+
+def lstm_like(h, w, n):
+    c = np.zeros_like(h)
+    for _i in range(n):
+        h, c = scripted_cell(h, c, w)
+    return h + c
+
+
+def early_return_branches(x):
+    if np.sum(x) > 0:
+        return x * 2.0
+    elif np.max(x) > 1.0:
+        return x - 1.0
+    return -x
+
+
+def early_return_in_loop(x, n):
+    for i in range(n):
+        x = x * 1.5
+        if np.max(x) > 10.0:
+            return x, i
+    return x, -1
+
+
+def cumsum_setitem(x):
+    out = np.zeros_like(x)
+    running = x[0] * 0
+    for i in range(x.shape[0]):
+        running = running + x[i]
+        out[i] = running
+    return out
+
+
+def slice_setitem(x):
+    out = np.ones((x.shape[0] + 2,) + x.shape[1:], x.dtype)
+    out[1:-1] = x * 3
+    out[0] = out[-1] * 2
+    return out
+
+
+def const_branch_on_int(x, mode):
+    if mode == 0:
+        return np.sum(x, axis=0)
+    elif mode == 1:
+        return x.T @ x
+    return np.max(x, axis=1, keepdims=True)
+
+
+def softmax_rows(x):
+    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
+    return e / np.sum(e, axis=-1, keepdims=True)
+
+
+def numpy_mix(x, y):
+    z = np.where(x > y, np.sqrt(np.abs(x)), np.minimum(x, y) ** 2)
+    w = np.concatenate((z, np.log(np.abs(y) + 1.0)), axis=0)
+    k = np.argmax(w, axis=0)
+    flags = np.any(w > 1.0) or np.all(w < 0.0)
+    return w.astype(np.float64).mean(axis=1), k, flags
+
+
+def mandelbrot_escape(c_re, c_im, max_iter):
+    z_re = np.zeros_like(c_re)
+    z_im = np.zeros_like(c_im)
+    count = np.zeros(c_re.shape, np.int64)
+    for _i in range(max_iter):
+        inside = z_re * z_re + z_im * z_im <= 4.0
+        if not np.any(inside):
+            break
+        z_re, z_im = (np.where(inside, z_re * z_re - z_im * z_im + c_re, z_re),
+                      np.where(inside, 2.0 * z_re * z_im + c_im, z_im))
+        count = count + inside.astype(np.int64)
+    return count
+
+
+def python_loop_unrolled(x, n):
+    total = 0
+    for i in range(n):
+        total += i * i
+    return x * total, total
+
+
+def dynamic_count(x, n):
+    for _i in range(n):
+        x = x * 0.9 + 0.1
+    return x
+
+
+def bisection(lo, hi, target, tol):
+    mid = (lo + hi) * 0.5
+    while np.max(hi - lo) > tol:
+        mid = (lo + hi) * 0.5
+        too_big = mid * mid > target
+        hi = np.where(too_big, mid, hi)
+        lo = np.where(too_big, lo, mid)
+    return mid
+
