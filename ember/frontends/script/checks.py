@@ -145,17 +145,27 @@ class Checker(ast.NodeVisitor):
                 self.fail(func, f"the {what} `{func.id}` cannot be called in a scripted"
                           " function (only NumPy functions Ember knows, a few builtins and"
                           " other @ember.script functions)")
-        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
-                and func.value.id not in self.assigned | self.params:
-            found, module = resolve_global(self.fn, func.value.id)
-            if found and type(module).__name__ == "module":
-                obj = getattr(module, func.attr, None)
-                if obj is None:
-                    self.fail(func, f"module `{func.value.id}` has no attribute `{func.attr}`",
-                              cls=ScriptNameError)
-                if not self.is_supported_global(obj):
-                    self.fail(func, f"`{func.value.id}.{func.attr}` is not supported in a"
-                              " scripted function")
+        if isinstance(func, ast.Attribute):
+            found, obj = self.module_attribute(func)
+            if found and not self.is_supported_global(obj):
+                self.fail(func, f"`{ast.unparse(func)}` is not supported in a scripted"
+                          " function")
+
+    def module_attribute(self, node: ast.expr) -> tuple[bool, Any]:
+        """(found, value) of `np.linalg.svd`-like chains of global module attributes."""
+        if isinstance(node, ast.Name):
+            if node.id in self.assigned | self.params:
+                return False, None
+            return resolve_global(self.fn, node.id)
+        if not isinstance(node, ast.Attribute):
+            return False, None
+        found, base = self.module_attribute(node.value)
+        if not found or type(base).__name__ != "module":
+            return False, None
+        if not hasattr(base, node.attr):
+            self.fail(node, f"module `{ast.unparse(node.value)}` has no attribute"
+                      f" `{node.attr}`", cls=ScriptNameError)
+        return True, getattr(base, node.attr)
 
 
 def check_function(source: FunctionSource, is_supported_global: Callable[[Any], bool]) -> None:

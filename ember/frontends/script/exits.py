@@ -57,9 +57,9 @@ class ExitTransform:
 
     def run(self) -> None:
         tree = self.source.tree
-        body, _, always = self.block(tree.body, None)
         has_value = any(isinstance(n, ast.Return) and n.value is not None
                         for n in ast.walk(tree))
+        body, _, always = self.block(tree.body, None)
         if has_value and not always:
             raise self.source.error(
                 ScriptSyntaxError, tree, f"`{tree.name}` returns a value on some paths only:"
