@@ -191,14 +191,14 @@ def test_source_unavailable():
 
 def shape_changes(x, n):
     h = x
-    for i in range(n):
+    for _i in range(n):
         h = np.concatenate((h, x))
     return h
 
 
 def dtype_changes(x, n):
     acc = np.zeros(x.shape, np.int64)
-    for i in range(n):
+    for _i in range(n):
         acc = acc + x
     return acc
 
