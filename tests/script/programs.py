@@ -184,3 +184,63 @@ def bisection(lo, hi, target, tol):
         lo = np.where(too_big, lo, mid)
     return mid
 
+
+
+def return_in_nested_loops(x, n):
+    for i in range(n):
+        for j in range(n):
+            x = x + 1.0
+            if np.sum(x) > 20.0:
+                return x * (i + 10 * j)
+    return x
+
+
+def loop_variable_after_break(x):
+    for i in range(10):  # noqa: B007 (read after the loop)
+        if np.max(x) > 5.0:
+            break
+        x = x * 2.0
+    return x, i
+
+
+def while_continue(x):
+    k = 0
+    while k < 10:
+        k += 1
+        if k % 2 == 0:
+            continue
+        x = x + k
+    return x
+
+
+def elementwise_setitem_2d(x):
+    out = np.zeros_like(x)
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            out[i, j] = x[i, j] * (i - j)
+    out[:, 1] = out[:, 0] + 1
+    return out
+
+
+def conditional_expression(x, alpha=0.5):
+    return x * alpha if np.sum(x) > 0 else -x
+
+
+scripted_conditional = ember.script(conditional_expression)
+
+
+def keyword_call(x):
+    return scripted_conditional(x, alpha=2.0)
+
+
+def integer_arithmetic(x):
+    return x * 3 + 1, x / 2, x // 2, x % 3, -x
+
+
+def while_data_tuple(x):
+    a, b = x, x * 0
+    it = 0
+    while np.max(np.abs(a)) > 0.01 and it < 100:
+        a, b = a * 0.5, b + a
+        it += 1
+    return a, b, it

@@ -291,3 +291,15 @@ def test_truth_of_an_array():
     with pytest.raises(ScriptTypeError, match="np.any") as info:
         ember.script(ambiguous_truth)(np.ones(3))
     check_error(info.value, ambiguous_truth, "x > 0")
+
+
+def augments_argument(x):
+    x += 1.0
+    return x
+
+
+def test_augmented_assignment_on_an_argument():
+    with pytest.raises(ScriptTypeError, match=r"`x \+= \.\.\.` would change the caller's") \
+            as info:
+        ember.script(augments_argument)(np.ones(3))
+    check_error(info.value, augments_argument, "x", nth=0)

@@ -174,3 +174,26 @@ def test_torch_in_torch_out():
     got = scripted(P.early_return_branches)(x)
     assert isinstance(got, torch.Tensor)
     np.testing.assert_allclose(got.numpy(), P.early_return_branches(x.numpy()))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_more_control_flow(dtype):
+    for n in (2, 4):
+        check(P.return_in_nested_loops, np.ones(3, dtype), n)
+    for scale in (1.0, 7.0):
+        check(P.loop_variable_after_break, np.full(2, scale, dtype))
+    check(P.while_continue, rand(2, dtype=dtype))
+    check(P.while_data_tuple, rand(3, dtype=dtype))
+    check(P.elementwise_setitem_2d, rand(2, 3, dtype=dtype))
+    for sign in (1, -1):
+        check(P.conditional_expression, sign * np.ones(2, dtype))
+        check(P.keyword_call, sign * np.ones(2, dtype))
+
+
+def test_integer_arrays_keep_their_dtype():
+    check(P.integer_arithmetic, np.arange(-4, 5, dtype=np.int32))
+
+
+def test_long_constant_loop_becomes_a_loop_op():
+    got = check(P.python_loop_unrolled, rand(2), 100)  # past the unroll budget
+    assert int(got[1]) == sum(i * i for i in range(100))

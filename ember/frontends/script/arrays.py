@@ -213,14 +213,16 @@ class ArrayOps:
                 gathers.append((axis, item))
                 final.extend(item.shape)
             axis += 1
+        if len(gathers) > 1 and any(index.shape != () for _, index in gathers):
+            # NumPy broadcasts several array indices together: not supported yet.
+            raise ScriptOpError("an array index (not a scalar) must be the only array in a"
+                                " subscript")
         result = a
         if any((s, e, st) != (0, d, 1) for s, e, st, d in zip(starts, ends, steps, a.shape)):
             result = self.op("slice", a, starts=starts, ends=ends, steps=steps)
         for axis, index_value in reversed(gathers):
             # Each gather replaces one axis, so later axes go first and earlier stay put.
             result = self.op("gather", result, index_value, axis=axis)
-        if len(gathers) > 1:
-            raise ScriptOpError("at most one array index per subscript is supported")
         return self.reshape(result, tuple(final))
 
     def setitem(self, a: ArrayValue, index: Any, value: Any) -> ArrayValue:

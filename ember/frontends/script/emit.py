@@ -151,6 +151,13 @@ class Emitter(ExpressionEmitter):
 
     def stmt_AugAssign(self, node: ast.AugAssign) -> None:
         current = self.expr(_as_load(node.target))
+        if isinstance(current, ArrayValue) and current.argument is not None:
+            # NumPy would update the caller's array in place; the graph only rebinds.
+            name = ast.unparse(node.target)
+            raise self.error(ScriptTypeError, node.target,
+                             f"`{name} {_symbol(node.op)}= ...`"
+                             f" would change the caller's array `{current.argument}` in place:"
+                             f" write `{name} = {name} {_symbol(node.op)} ...`")
         value = self.binary(node.op, current, self.expr(node.value), node)
         self.assign(node.target, value, node)
 
@@ -445,6 +452,10 @@ def mark_argument(value: Any, name: str) -> Any:
     if isinstance(value, ArrayValue):
         return ArrayValue(value.value, value.weak, value.origin, name)
     return value
+
+
+def _symbol(op: ast.operator) -> str:
+    return ast.unparse(ast.BinOp(ast.Name("a"), op, ast.Name("b")))[2:-2]
 
 
 def _as_load(target: ast.expr) -> ast.expr:
