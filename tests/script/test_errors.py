@@ -2,6 +2,7 @@
 the message format `file:LINE:COL: error: ...` with the source line and a `^^^` span."""
 
 import inspect
+import linecache
 
 import numpy as np
 import pytest
@@ -31,8 +32,7 @@ def check_error(error, fn, snippet, length=None, nth=0):
     text = str(error)
     assert text.startswith(f"{error.file}:{line}:{column}: error: ")
     source_line, carets = text.split("\n")[1:3]
-    assert source_line.strip() == inspect.getsourcelines(fn)[0][line - position(fn, "def")[0]] \
-        .strip()
+    assert source_line.strip() == linecache.getline(error.file, line).strip()
     assert carets.strip() == "^" * (error.end_column - column)
     assert "$" not in text  # no internal names
 
@@ -303,3 +303,21 @@ def test_augmented_assignment_on_an_argument():
             as info:
         ember.script(augments_argument)(np.ones(3))
     check_error(info.value, augments_argument, "x", nth=0)
+
+
+@ember.script
+def callee_with_bad_shapes(x):
+    return x + np.ones(5)
+
+
+def calls_callee(x):
+    return callee_with_bad_shapes(x) * 2
+
+
+def test_error_in_a_callee_notes_the_call():
+    with pytest.raises(ScriptTypeError) as info:
+        ember.script(calls_callee)(np.ones(3))
+    check_error(info.value, callee_with_bad_shapes.fn, "x + np.ones(5)")
+    (note,) = info.value.notes
+    assert note[0] == "in this call of callee_with_bad_shapes"
+    assert note[1:3] == position(calls_callee, "callee_with_bad_shapes(x)")

@@ -120,6 +120,11 @@ class Emitter(ExpressionEmitter):
         try:
             self.block(script.source.tree.body)
             return self.frame.result
+        except ScriptError as e:
+            if node is None or caller is None:
+                raise
+            raise with_note(e, caller.script.source, node, f"in this call of {script.name}") \
+                from None
         finally:
             self.frame, self.depth = caller, self.depth - 1
 
@@ -431,6 +436,16 @@ class Emitter(ExpressionEmitter):
                 from None
 
 
+def with_note(error: ScriptError, source: FunctionSource, node: ast.AST,
+              message: str) -> ScriptError:
+    """`error` with a note at `node` (a call site, in another function's source)."""
+    line, column, end = source.span(node)
+    error.notes = (*error.notes, (message, line, column, end, source.source_line(line),
+                                  source.file))
+    error.args = (error.render(),)
+    return error
+
+
 def is_constant(value: Any) -> bool:
     if isinstance(value, tuple):
         return all(is_constant(v) for v in value)
@@ -495,8 +510,7 @@ def emit_function(script: ScriptedFunction, params: dict[str, Any], name: str | 
         raise script.source.error(ScriptSyntaxError, script.source.tree,
                                   f"`{script.name}` may return an undefined value",
                                   length=len("def"))
-    out_ops = ArrayOps(builder)
-    builder.output(*(out_ops.cast(v, v.dtype).value for v in leaves))
+    builder.output(*(v.value for v in leaves))
     return builder.build(), tree
 
 

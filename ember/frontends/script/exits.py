@@ -22,8 +22,10 @@ from ember.errors import ScriptSyntaxError
 from ember.frontends.script.source import FunctionSource
 
 RETURNED, RETVAL, UNDEFINED = "$returned", "$retval", "$undefined"
+IFEXP = "$ifexp"  # the value of `a if c else b`, joined like a name bound in both branches
 # How errors speak of the frontend's own names.
-INTERNAL_NAMES = {RETVAL: "the return value", RETURNED: "the return flag"}
+INTERNAL_NAMES = {RETVAL: "the return value", RETURNED: "the return flag",
+                  IFEXP: "the conditional expression"}
 
 
 def describe_name(name: str) -> str:

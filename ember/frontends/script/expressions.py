@@ -13,9 +13,8 @@ from typing import Any
 import numpy as np
 
 from ember.errors import ScriptNameError, ScriptSyntaxError, ScriptTypeError
-from ember.frontends.script.arrays import ArrayOps
 from ember.frontends.script.checks import resolve_global
-from ember.frontends.script.exits import UNDEFINED
+from ember.frontends.script.exits import IFEXP, UNDEFINED
 from ember.frontends.script.library import ATTRIBUTES, BUILTINS, METHODS, NUMPY
 from ember.frontends.script.types import ArrayValue, Undefined, describe
 from ember.graph.ir import Region
@@ -186,10 +185,10 @@ class ExpressionEmitter:
         for branch in (node.body, node.orelse):
             region, env = Region(), self.frame.env.copy()
             with self.in_region(region, env):
-                env.bind("$ifexp", self.expr(branch), branch)
+                env.bind(IFEXP, self.expr(branch), branch)
             branches.append((region, env))
-        self.join_branches(node, cond, ["$ifexp"], branches, guard=True)
-        return self.frame.env.values.pop("$ifexp")
+        self.join_branches(node, cond, [IFEXP], branches, guard=True)
+        return self.frame.env.values.pop(IFEXP)
 
     def expr_Attribute(self, node: ast.Attribute) -> Any:
         base = self.expr(node.value)
@@ -286,5 +285,3 @@ def flatten(value: Any) -> list[Any]:
         return [leaf for v in value for leaf in flatten(v)]
     return [value]
 
-
-_ = ArrayOps  # (the type of self.ops)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ember.dtypes import DType
+import numpy as np
+
 from ember.frontends.script.arrays import ArrayOps
 from ember.frontends.script.types import (
     ArrayValue,
@@ -103,8 +104,6 @@ def coerce(ops: ArrayOps, value: Any, tree: Tree) -> list[ArrayValue]:
         return []
     _, t, weak = tree
     if isinstance(value, Undefined):
-        import numpy as np
-
         return [ops.broadcast_to(ops.constant(np.zeros((), t.dtype.np)), t.shape)]
     array = ops.array(value)
     return [ArrayValue(ops.cast(array, t.dtype).value, weak=weak)]
@@ -121,9 +120,3 @@ def rebuild(tree: Tree, leaves: list[ArrayValue], fallback: Any = None) -> Any:
         return Undefined()
     return tree[1]
 
-
-def same_tree(a: Tree, b: Tree) -> bool:
-    return a == b
-
-
-BOOL = TensorType(DType.bool, ())
