@@ -9,7 +9,7 @@ dtype of the arrays they meet, so `x * 1.5` stays float32 for a float32 `x`.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -123,6 +123,21 @@ def to_dtype(x: Any) -> DType | None:
         return from_numpy(np.dtype(x))
     except Exception:
         return None
+
+
+@dataclass
+class Env:
+    """A function's names: their values and the statement that last bound each."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    origins: dict[str, ast.AST] = field(default_factory=dict)
+
+    def copy(self) -> Env:
+        return Env(dict(self.values), dict(self.origins))
+
+    def bind(self, name: str, value: Any, origin: ast.AST) -> None:
+        self.values[name] = value
+        self.origins[name] = origin
 
 
 # -- annotations -------------------------------------------------------------------------------
