@@ -244,3 +244,49 @@ def while_data_tuple(x):
         a, b = a * 0.5, b + a
         it += 1
     return a, b, it
+
+
+@ember.script
+def first_above(x, limit):
+    for i in range(x.shape[0]):
+        if x[i] > limit:
+            return i, x[i]
+    return -1, x[0] * 0
+
+
+def calls_early_returning(x):
+    a, b = first_above(x, 0.5)
+    return a * 2, b
+
+
+def search_with_all_exits(x, limit):
+    k = 0
+    total = x[0] * 0
+    while True:
+        if k >= x.shape[0]:
+            break
+        if x[k] < 0:
+            k += 1
+            continue
+        total = total + x[k]
+        if total > limit:
+            return total, k
+        k += 1
+    return total, -1
+
+
+def range_from_data(x):
+    s = np.argmax(x)
+    acc = x[0] * 0
+    for i in range(s, x.shape[0]):
+        acc = acc + x[i]
+    for j in range(x.shape[0] - 1, s, -1):
+        acc = acc - x[j] * 0.5
+    return acc
+
+
+def negative_runtime_index_setitem(x):
+    out = np.zeros_like(x)
+    for i in range(x.shape[0]):
+        out[i - 1] = x[i] * 2
+    return out

@@ -197,3 +197,13 @@ def test_integer_arrays_keep_their_dtype():
 def test_long_constant_loop_becomes_a_loop_op():
     got = check(P.python_loop_unrolled, rand(2), 100)  # past the unroll budget
     assert int(got[1]) == sum(i * i for i in range(100))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_exits_and_runtime_bounds(dtype):
+    for _ in range(3):
+        x = rand(6, dtype=dtype)
+        check(P.calls_early_returning, x)
+        check(P.search_with_all_exits, x, 1.0)
+        check(P.range_from_data, x)
+        check(P.negative_runtime_index_setitem, x)

@@ -8,7 +8,7 @@
     arrays.py    NumPy semantics on IR values (promotion, indexing, setitem)
     library.py   the NumPy functions, methods and builtins a script may call
     joins.py     joining a name's values where control flow meets
-    expressions.py, emit.py  the abstract interpreter that emits the graph
+    emit.py, loops.py, expressions.py  the abstract interpreter that emits the graph
 
 The decorator, its specialization cache and the calls are in ember/api/script.py.
 """

@@ -5,8 +5,8 @@ Python constants compute in Python (so a branch on an int argument folds and a l
 constant state unrolls); array values emit ops. A name is rebound, never mutated (SSA by
 renaming). An `if` on an array condition becomes an `if` op yielding the names both
 branches may bind that are live after it; a loop becomes a `loop` op carrying the names
-its body binds that are live at its head (see liveness.py). Expressions are in
-expressions.py; values and their joins in types.py and joins.py.
+its body binds that are live at its head (see liveness.py). Loops are in loops.py,
+expressions in expressions.py, values and their joins in types.py and joins.py.
 """
 
 from __future__ import annotations
