@@ -102,3 +102,7 @@ class ScriptTypeError(ScriptError):
 class ScriptNameError(ScriptError):
     """A name that is not defined, may be undefined, or names something a scripted
     function cannot use."""
+
+
+class ScriptInternalError(ScriptError):
+    """A bug of the scripting frontend, positioned at the statement it was emitting."""

@@ -1,6 +1,6 @@
 """Random programs from a small grammar of the scripting subset (assignments, arithmetic,
-`if` on array conditions, for-range loops with break and continue), scripted and run by
-Python on the same inputs."""
+`if` on array conditions, for-range and while loops with break and continue), scripted and
+run by Python on the same inputs."""
 
 import importlib.util
 import itertools
@@ -35,11 +35,11 @@ def expressions(draw, names, depth=0):
 
 
 @st.composite
-def blocks(draw, names, depth, loop_vars, indent):
+def blocks(draw, names, depth, loop_vars, indent, least=1):
     pad = "    " * indent
     lines = []
-    for _ in range(draw(st.integers(1, 3))):
-        kind = draw(st.sampled_from(("assign", "assign", "augment", "if", "for", "exit")
+    for _ in range(draw(st.integers(least, 3))):
+        kind = draw(st.sampled_from(("assign", "assign", "augment", "if", "for", "while", "exit")
                                     if depth < 2 else ("assign", "augment", "exit")))
         target = draw(st.sampled_from(NAMES))
         usable = names + loop_vars
@@ -63,6 +63,13 @@ def blocks(draw, names, depth, loop_vars, indent):
             bounds = draw(st.sampled_from(("3", "0", "1, 4", "4, 0, -2", "n")))
             lines.append(f"{pad}for {var} in range({bounds}):")
             lines += draw(blocks(names, depth + 1, loop_vars + (var,), indent + 1))
+        elif kind == "while":
+            # The counter first, so that a `continue` cannot loop forever.
+            var, name = f"k{depth}", draw(st.sampled_from(NAMES))
+            lines.append(f"{pad}{var} = 0")
+            lines.append(f"{pad}while {var} < 3 and np.sum({name}) > -2:")
+            lines.append(f"{pad}    {var} += 1")
+            lines += draw(blocks(names, depth + 1, loop_vars + (var,), indent + 1))
         elif loop_vars:
             name, bound = draw(st.sampled_from(NAMES)), draw(st.sampled_from(("0.3", "0.9")))
             cond = f"np.max({name}) > {bound}"
@@ -75,7 +82,7 @@ def blocks(draw, names, depth, loop_vars, indent):
 
 @st.composite
 def programs(draw):
-    body = draw(blocks(NAMES, 0, (), 1))
+    body = draw(blocks(NAMES, 0, (), 1, least=2))
     name = f"program_{next(_ids)}"
     # (Fresh arrays first: `a += ...` on an argument would change the caller's array.)
     source = "\n".join(["import numpy as np", "", "", f"def {name}(a, b, c, n):",

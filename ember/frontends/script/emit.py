@@ -18,7 +18,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from ember.errors import ScriptError, ScriptSyntaxError, ScriptTypeError
+from ember.errors import (
+    EmberError,
+    ScriptError,
+    ScriptInternalError,
+    ScriptSyntaxError,
+    ScriptTypeError,
+)
 from ember.frontends.script.arrays import ArrayOps, ScriptOpError
 from ember.frontends.script.checks import check_function
 from ember.frontends.script.exits import describe_name, transform_exits
@@ -110,7 +116,14 @@ class Emitter(LoopEmitter, ExpressionEmitter):
         for stmt in stmts:
             if self.frame.returned:
                 return
-            getattr(self, f"stmt_{type(stmt).__name__}")(stmt)
+            try:
+                getattr(self, f"stmt_{type(stmt).__name__}")(stmt)
+            except EmberError:
+                raise
+            except Exception as e:  # a bug of this frontend: say so, and where
+                raise self.error(ScriptInternalError, stmt, "internal error of @ember.script"
+                                 f" ({type(e).__name__}: {e}); please report it with this"
+                                 " function") from e
 
     def stmt_Pass(self, node: ast.Pass) -> None:
         pass
@@ -222,6 +235,8 @@ class Emitter(LoopEmitter, ExpressionEmitter):
             region.outputs = [leaf.value for name in names
                               for leaf in coerce(ops, branch_env.values.get(name, Undefined()),
                                                  trees[name])]
+        if not names:
+            return  # nothing flows out: graph ops have no effects, so the `if` is dead
         op = self.builder.op("if", [cond.value], {}, [r for r, _ in branches])
         results = [ArrayValue(v, weak=weak)
                    for v, (_, weak) in zip(op.results, [leaf for n in names
