@@ -321,3 +321,14 @@ def test_error_in_a_callee_notes_the_call():
     (note,) = info.value.notes
     assert note[0] == "in this call of callee_with_bad_shapes"
     assert note[1:3] == position(calls_callee, "callee_with_bad_shapes(x)")
+
+
+def test_positions_of_an_indented_function_are_the_files():
+    class Holder:
+        @staticmethod
+        def method(x):
+            return x @ x.T @ np.ones(7)
+
+    with pytest.raises(ScriptTypeError) as info:
+        ember.script(Holder.method)(np.ones((2, 3)))
+    check_error(info.value, Holder.method, "x @ x.T @ np.ones(7)")

@@ -207,3 +207,18 @@ def test_exits_and_runtime_bounds(dtype):
         check(P.search_with_all_exits, x, 1.0)
         check(P.range_from_data, x)
         check(P.negative_runtime_index_setitem, x)
+
+
+OFFSET = np.array([1.0, -2.0, 3.0])
+
+
+def test_names_from_closures_and_globals():
+    scale = 3.0
+    power = 2
+
+    def closure_and_global(x):
+        return (x * scale) ** power + OFFSET
+
+    x = rand(3)
+    got = ember.script(closure_and_global)(x)
+    np.testing.assert_allclose(got, closure_and_global(x))

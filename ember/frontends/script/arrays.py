@@ -31,7 +31,8 @@ class ScriptOpError(Exception):
 
 
 def check_error(e: EmberError) -> ScriptOpError:
-    return ScriptOpError(str(e).split(": ", 1)[-1])
+    """An op's type error for the user: `matmul: contracted dims differ: ...`."""
+    return ScriptOpError(str(e).removeprefix("graph."))
 
 
 class ArrayOps:

@@ -223,7 +223,7 @@ class Emitter(LoopEmitter, ExpressionEmitter):
             try:
                 trees[name] = join(tree_of(then_value), tree_of(else_value))
             except Mismatch as e:
-                a, b = e.args
+                a, b = e.args[:2]
                 raise self.error(
                     ScriptTypeError, node, f"{describe_name(name)} is {a} after the then branch"
                     f" but {b} after the else branch: both must have one type",

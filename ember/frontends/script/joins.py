@@ -28,7 +28,8 @@ Tree = tuple
 
 
 class Mismatch(Exception):
-    """Two values that cannot share one variable: (description a, description b)."""
+    """Two values that cannot share one variable: (description a, description b, tree a,
+    tree b)."""
 
 
 def tree_of(value: Any) -> Tree:
@@ -52,6 +53,10 @@ def describe_tree(tree: Tree) -> str:
     return f"{type(tree[1]).__name__} {tree[1]!r}"
 
 
+def is_scalar(tree: Tree) -> bool:
+    return tree[0] == "const" or (tree[0] == "tensor" and tree[1].shape == ())
+
+
 def _as_tensor(tree: Tree) -> Tree | None:
     if tree[0] == "tensor":
         return tree
@@ -68,22 +73,22 @@ def join(a: Tree, b: Tree) -> Tree:
         return a
     if a[0] == "tuple" or b[0] == "tuple":
         if a[0] != b[0] or len(a[1]) != len(b[1]):
-            raise Mismatch(describe_tree(a), describe_tree(b))
+            raise Mismatch(describe_tree(a), describe_tree(b), a, b)
         return ("tuple", tuple(join(x, y) for x, y in zip(a[1], b[1])))
     if a[0] == b[0] == "const" and type(a[1]) is type(b[1]) and a[1] == b[1]:
         return a
     ta, tb = _as_tensor(a), _as_tensor(b)
     if ta is None or tb is None:
-        raise Mismatch(describe_tree(a), describe_tree(b))
+        raise Mismatch(describe_tree(a), describe_tree(b), a, b)
     (_, type_a, weak_a), (_, type_b, weak_b) = ta, tb
     if type_a.shape != type_b.shape:
-        raise Mismatch(describe_tree(a), describe_tree(b))
+        raise Mismatch(describe_tree(a), describe_tree(b), a, b)
     if type_a.dtype is type_b.dtype:
         return ("tensor", type_a, weak_a and weak_b)
     dtype, weak = promote((type_a.dtype, weak_a), (type_b.dtype, weak_b))
     strong = [t.dtype for t, w in ((type_a, weak_a), (type_b, weak_b)) if not w]
     if strong and dtype is not strong[0]:  # a weak value would change a strong dtype
-        raise Mismatch(describe_tree(a), describe_tree(b))
+        raise Mismatch(describe_tree(a), describe_tree(b), a, b)
     return ("tensor", type_a.with_dtype(dtype), weak)
 
 

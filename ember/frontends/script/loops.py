@@ -20,7 +20,15 @@ from ember.dtypes import DType
 from ember.errors import ScriptTypeError
 from ember.frontends.script.arrays import ArrayOps
 from ember.frontends.script.exits import describe_name
-from ember.frontends.script.joins import Mismatch, coerce, join, rebuild, tensor_leaves, tree_of
+from ember.frontends.script.joins import (
+    Mismatch,
+    coerce,
+    is_scalar,
+    join,
+    rebuild,
+    tensor_leaves,
+    tree_of,
+)
 from ember.frontends.script.types import ArrayValue, Env, Undefined
 from ember.graph.ir import Region, TensorType
 
@@ -176,12 +184,15 @@ class LoopEmitter:
 
     def loop_type_error(self, node: ast.AST, name: str, mismatch: Mismatch, env: Env,
                         body_env: Env) -> None:
-        a, b = mismatch.args
+        a, b, tree_a, tree_b = mismatch.args
         what = describe_name(name)
+        hint = ""
+        if is_scalar(tree_a) and tree_b[0] == "tensor" and not name.startswith("$"):
+            hint = f" (start it as an array: `{name} = np.zeros({tree_b[1].shape}, ...)`)"
         raise self.error(
             ScriptTypeError, body_env.origins.get(name, node),
             f"{what} changes type in the loop: {a} before it and {b} after an iteration;"
-            f" a loop-carried value keeps its shape and dtype",
+            f" a loop-carried value keeps its shape and dtype{hint}",
             ((env.origins.get(name), f"{what} is {a} here, before the loop"),
              (node, "in this loop")))
 
