@@ -290,3 +290,12 @@ def negative_runtime_index_setitem(x):
     for i in range(x.shape[0]):
         out[i - 1] = x[i] * 2
     return out
+
+
+def tuple_and_dtype_arguments(pair, dt, scale=2.0):
+    a, b = pair
+    if a.dtype == np.float32:
+        c = a * scale
+    else:
+        c = a - 1
+    return (c + b).astype(dt), np.ones(a.shape, a.dtype), np.full((2,), 3)

@@ -222,3 +222,10 @@ def test_names_from_closures_and_globals():
     x = rand(3)
     got = ember.script(closure_and_global)(x)
     np.testing.assert_allclose(got, closure_and_global(x))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_tuple_dtype_and_default_arguments(dtype):
+    pair = (rand(3, dtype=dtype), rand(3, dtype=dtype))
+    check(P.tuple_and_dtype_arguments, pair, np.float64)
+    check(P.tuple_and_dtype_arguments, pair, np.dtype("int32"))

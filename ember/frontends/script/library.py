@@ -100,28 +100,28 @@ def arg_reduction(name: str) -> Handler:
     return handle
 
 
-def filled(value: float | None) -> Handler:
+def filled(name: str, value: float | None) -> Handler:
     """np.zeros / np.ones / np.full (value None: the fill is an argument)."""
     def handle(ops, args, kwargs):
         if value is None:
             shape, fill, dtype = _params(args, kwargs, ("shape", "fill_value", "dtype"),
-                                         {"dtype": None}, "np.full")
-            return ops.full(shape, fill, _dtype_arg(dtype, "np.full"))
-        shape, dtype = _params(args, kwargs, ("shape", "dtype"), {"dtype": float}, "np.zeros")
-        return ops.full(shape, float(value), _dtype_arg(dtype, "dtype"))
+                                         {"dtype": None}, name)
+            return ops.full(shape, fill, _dtype_arg(dtype, name))
+        shape, dtype = _params(args, kwargs, ("shape", "dtype"), {"dtype": float}, name)
+        return ops.full(shape, float(value), _dtype_arg(dtype, name))
     return handle
 
 
-def filled_like(value: float | None) -> Handler:
+def filled_like(name: str, value: float | None) -> Handler:
     def handle(ops, args, kwargs):
         if value is None:
             x, fill, dtype = _params(args, kwargs, ("a", "fill_value", "dtype"),
-                                     {"dtype": None}, "np.full_like")
+                                     {"dtype": None}, name)
         else:
-            (x, dtype), fill = _params(args, kwargs, ("a", "dtype"), {"dtype": None},
-                                       "np.zeros_like"), value
+            (x, dtype), fill = _params(args, kwargs, ("a", "dtype"), {"dtype": None}, name), \
+                value
         x = ops.array(x)
-        return ops.full(x.shape, fill, _dtype_arg(dtype, "dtype") or x.dtype)
+        return ops.full(x.shape, fill, _dtype_arg(dtype, name) or x.dtype)
     return handle
 
 
@@ -227,9 +227,10 @@ NUMPY_NAMES: dict[str, Handler] = {
     "square": _square, "matmul": _matmul, "dot": _matmul, "transpose": _transpose,
     "reshape": _reshape, "asarray": _asarray, "array": _asarray, "copy": _copy,
     "arange": _arange,
-    "zeros": filled(0.0), "ones": filled(1.0), "empty": filled(0.0), "full": filled(None),
-    "zeros_like": filled_like(0.0), "ones_like": filled_like(1.0),
-    "empty_like": filled_like(0.0), "full_like": filled_like(None),
+    **{name: filled(f"np.{name}", fill) for name, fill in (
+        ("zeros", 0.0), ("ones", 1.0), ("empty", 0.0), ("full", None))},
+    **{f"{name}_like": filled_like(f"np.{name}_like", fill) for name, fill in (
+        ("zeros", 0.0), ("ones", 1.0), ("empty", 0.0), ("full", None))},
     **{d.np.name: scalar_type(d) for d in (DType.f32, DType.f64, DType.i32, DType.i64,
                                           DType.bool)},
 }
@@ -321,7 +322,7 @@ ATTRIBUTES: dict[str, Callable[[ArrayOps, ArrayValue], Any]] = {
     "shape": lambda ops, x: x.shape,
     "ndim": lambda ops, x: len(x.shape),
     "size": lambda ops, x: math.prod(x.shape),
-    "dtype": lambda ops, x: x.dtype,
+    "dtype": lambda ops, x: x.dtype.np,  # NumPy's, so that `x.dtype == np.float32` holds
     "T": lambda ops, x: _transpose(ops, [x], {}),
 }
 

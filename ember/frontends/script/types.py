@@ -199,7 +199,9 @@ def arg_key(x: Any, dynamic: bool = False) -> tuple:
     if x is None or isinstance(x, str):
         return ("const", type(x), x)
     if isinstance(x, tuple):
-        return ("tuple", tuple(arg_key(v) for v in x))
+        return ("tuple", tuple(arg_key(v, dynamic) for v in x))
+    if isinstance(x, np.dtype):
+        return ("const", "dtype", from_numpy(x))
     dtype = to_dtype(x) if isinstance(x, type) else None
     if dtype is not None:
         return ("const", "dtype", dtype)
