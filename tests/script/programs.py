@@ -299,3 +299,22 @@ def tuple_and_dtype_arguments(pair, dt, scale=2.0):
     else:
         c = a - 1
     return (c + b).astype(dt), np.ones(a.shape, a.dtype), np.full((2,), 3)
+
+
+def bound_unless_returned(x):
+    if np.sum(x) > 0:
+        y = x * 2
+    else:
+        return x
+    return y + 1
+
+
+def bound_unless_continued(x):
+    total = np.zeros_like(x[0])
+    for i in range(x.shape[0]):
+        if np.sum(x[i]) > 0:
+            row = x[i] * 2
+        else:
+            continue
+        total = total + row
+    return total

@@ -229,3 +229,10 @@ def test_tuple_dtype_and_default_arguments(dtype):
     pair = (rand(3, dtype=dtype), rand(3, dtype=dtype))
     check(P.tuple_and_dtype_arguments, pair, np.float64)
     check(P.tuple_and_dtype_arguments, pair, np.dtype("int32"))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_names_bound_on_every_path_that_goes_on(dtype):
+    for sign in (1, -1):
+        check(P.bound_unless_returned, sign * np.ones(3, dtype))
+    check(P.bound_unless_continued, rand(5, 2, dtype=dtype))

@@ -215,6 +215,7 @@ class Emitter(LoopEmitter, ExpressionEmitter):
                       branches: list[tuple[Region, Env]], guard: bool) -> None:
         """Emit the `if` op of two filled branches, yielding `names` joined."""
         env = self.frame.env
+        live = getattr(node, "ember_live_out", set())
         trees = {}
         for name in names:
             (_, then_env), (_, else_env) = branches
@@ -243,8 +244,8 @@ class Emitter(LoopEmitter, ExpressionEmitter):
                                                         for leaf in tensor_leaves(trees[n])])]
         for name in names:
             value = rebuild(trees[name], results)
-            one_sided = [e for _, e in branches if name not in e.values
-                         or isinstance(e.values[name], Undefined)]
+            one_sided = [e for _, e in branches if (name not in e.values
+                         or isinstance(e.values[name], Undefined)) and not exits(e, live)]
             if one_sided and not guard and not name.startswith("$") \
                     and isinstance(value, ArrayValue) and name not in env.values:
                 defined = next(e for _, e in branches if e not in one_sided)
@@ -278,6 +279,13 @@ class Emitter(LoopEmitter, ExpressionEmitter):
         except Exception as e:
             raise self.error(ScriptTypeError, node, f"cannot use this as a condition: {e}") \
                 from None
+
+
+def exits(env: Env, live: set[str]) -> bool:
+    """Whether a branch ended by an early exit: it set a flag that is read later (a flag of
+    an inner loop that finished is dead by then)."""
+    return any(name.startswith("$") and name in live and value is True
+               for name, value in env.values.items())
 
 
 def with_note(error: ScriptError, source: FunctionSource, node: ast.AST,
