@@ -118,3 +118,17 @@ def test_no_warning_within_the_bound():
         warnings.simplefilter("error")
         for n in range(4):
             f(np.ones(2), n)
+
+
+@ember.script(config=CPU, max_specializations=4)
+def decorated_with_options(x: ember.Tensor[ember.f64, (3,)], n: int = 2):
+    for _ in range(n):
+        x = x * 2.0
+    return x
+
+
+def test_decorator_with_options_and_annotations():
+    assert decorated_with_options.compiles == 0  # `n` has no Tensor annotation: no AOT
+    np.testing.assert_allclose(decorated_with_options(np.ones(3)), np.full(3, 4.0))
+    assert isinstance(decorated_with_options.specializations()[0].executable, Executable)
+    assert decorated_with_options.max_specializations == 4

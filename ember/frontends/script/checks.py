@@ -74,8 +74,14 @@ class Checker(ast.NodeVisitor):
         raise self.source.error(cls, node, message, length=len(keyword) if keyword else None)
 
     def visit(self, node: ast.AST) -> None:
+        if node is self.source.tree:
+            # Decorators, annotations and defaults are Python's, evaluated when defined.
+            self.check_FunctionDef(node)
+            for stmt in node.body:
+                self.visit(stmt)
+            return
         refused = REFUSED.get(type(node))
-        if refused is not None and node is not self.source.tree:
+        if refused is not None:
             keyword, message = refused
             self.fail(node, message, keyword)
         if not isinstance(node, ALLOWED):
