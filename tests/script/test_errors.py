@@ -299,8 +299,8 @@ def augments_argument(x):
 
 
 def test_augmented_assignment_on_an_argument():
-    with pytest.raises(ScriptTypeError, match=r"`x \+= \.\.\.` would change the caller's") \
-            as info:
+    with pytest.raises(ScriptTypeError, match=r"`x \+= \.\.\.` updates `x` in place in"
+                                              " NumPy, which would change the caller's") as info:
         ember.script(augments_argument)(np.ones(3))
     check_error(info.value, augments_argument, "x", nth=0)
 
@@ -332,3 +332,37 @@ def test_positions_of_an_indented_function_are_the_files():
     with pytest.raises(ScriptTypeError) as info:
         ember.script(Holder.method)(np.ones((2, 3)))
     check_error(info.value, Holder.method, "x @ x.T @ np.ones(7)")
+
+
+def writes_through_local_alias(x):
+    a = np.zeros(3)
+    b = a
+    b[0] = x[0]
+    return a + b
+
+
+def augments_local_alias(x):
+    a = x * 2
+    b = a
+    b *= 3.0
+    return a
+
+
+def test_in_place_updates_through_a_live_alias():
+    with pytest.raises(ScriptTypeError, match="`a` is the same array") as info:
+        ember.script(writes_through_local_alias)(np.ones(3))
+    check_error(info.value, writes_through_local_alias, "b[0]")
+    assert info.value.notes[0][1] == position(writes_through_local_alias, "a = np.zeros")[0]
+    with pytest.raises(ScriptTypeError, match=r"write `b = b \* \.\.\.`"):
+        ember.script(augments_local_alias)(np.ones(3))
+
+
+def rebinds_dead_alias(x):
+    a = x * 2
+    b = a
+    b *= 3.0
+    return b
+
+
+def test_in_place_update_of_an_alias_that_is_dead_is_fine():
+    np.testing.assert_allclose(ember.script(rebinds_dead_alias)(np.ones(3)), np.full(3, 6.0))

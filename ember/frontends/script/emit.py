@@ -146,15 +146,34 @@ class Emitter(LoopEmitter, ExpressionEmitter):
 
     def stmt_AugAssign(self, node: ast.AugAssign) -> None:
         current = self.expr(_as_load(node.target))
-        if isinstance(current, ArrayValue) and current.argument is not None:
-            # NumPy would update the caller's array in place; the graph only rebinds.
-            name = ast.unparse(node.target)
-            raise self.error(ScriptTypeError, node.target,
-                             f"`{name} {_symbol(node.op)}= ...`"
-                             f" would change the caller's array `{current.argument}` in place:"
-                             f" write `{name} = {name} {_symbol(node.op)} ...`")
+        if isinstance(node.target, ast.Name):  # (`x[i] += v` is a setitem: assign checks it)
+            name, symbol = node.target.id, _symbol(node.op)
+            self.check_in_place(name, current, node,
+                                f"`{name} {symbol}= ...` updates `{name}` in place in NumPy",
+                                f"write `{name} = {name} {symbol} ...`")
         value = self.binary(node.op, current, self.expr(node.value), node)
         self.assign(node.target, value, node)
+
+    def check_in_place(self, name: str, value: Any, stmt: ast.AST, what: str,
+                       fix: str) -> None:
+        """Refuse an in-place update that NumPy would make visible through another name (an
+        argument, or a live name bound to the same array); the graph only rebinds `name`."""
+        if not isinstance(value, ArrayValue) or value.weak or value.shape == ():
+            return  # Python numbers and NumPy scalars are immutable
+        env = self.frame.env
+        at = stmt.targets[0] if isinstance(stmt, ast.Assign) else stmt.target
+        if value.argument is not None:
+            notes = () if name == value.argument else \
+                ((env.origins.get(name), f"`{name}` is bound to `{value.argument}` here"),)
+            raise self.error(ScriptTypeError, at, f"{what}, which would change the caller's"
+                             f" array `{value.argument}`: {fix}", notes)
+        live = getattr(stmt, "ember_live_out", set())
+        for other, bound in env.values.items():
+            if other != name and other in live and isinstance(bound, ArrayValue) \
+                    and bound.value is value.value:
+                raise self.error(ScriptTypeError, at, f"{what}, and `{other}` is the same"
+                                 f" array, which would change too: {fix}",
+                                 ((env.origins.get(other), f"`{other}` is bound here"),))
 
     def assign(self, target: ast.expr, value: Any, stmt: ast.AST) -> None:
         env = self.frame.env
@@ -170,12 +189,8 @@ class Emitter(LoopEmitter, ExpressionEmitter):
             if not isinstance(base, ArrayValue):
                 raise self.error(ScriptTypeError, target, f"cannot assign into `{name}`, a"
                                  f" {type(base).__name__}: only arrays support `x[i] = v`")
-            if base.argument is not None:
-                raise self.error(ScriptTypeError, target,
-                                 f"setitem on `{name}` would change the caller's array"
-                                 f" `{base.argument}`: copy it first (`{name} ="
-                                 f" {base.argument}.copy()`)",
-                                 ((env.origins.get(name), f"`{name}` is bound here"),))
+            self.check_in_place(name, base, stmt, f"`{ast.unparse(target)} = ...` writes into"
+                                f" `{name}`", f"copy it first (`{name} = {name}.copy()`)")
             index = self.index(target.slice)
             with self.positioned(target):
                 updated = self.ops.setitem(base, index, value)

@@ -3,7 +3,7 @@
 An `if` yields the names either branch binds that are live after it; a loop carries the
 names its body binds that are live at its head (read by the next iteration or the
 condition, or after the loop). The results go on the nodes: `ember_live_out` on every
-`if`, `for` and `while`, `ember_carried` on loops. `x[i] = v` reads and rebinds `x` (a
+`if`, `for`, `while` and assignment, `ember_carried` on loops. `x[i] = v` reads and rebinds `x` (a
 functional update).
 """
 
@@ -69,6 +69,7 @@ def live_statement(stmt: ast.stmt, live_out: set[str]) -> set[str]:
     if isinstance(stmt, ast.Return):
         return reads(stmt.value)
     if isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+        stmt.ember_live_out = set(live_out)  # (an in-place update must not show elsewhere)
         bound, read = set(), reads(stmt.value)
         for target in statement_targets(stmt):
             b, r = target_names(target)
