@@ -318,3 +318,8 @@ def bound_unless_continued(x):
             continue
         total = total + row
     return total
+
+
+def numpy_scalars_are_strong(x):
+    # NumPy's scalars are strong (np.exp(2) is float64), Python's weak (2.0).
+    return x * np.exp(2), x * 2.0, np.sqrt(4.0) * x, x + np.float32(1), np.zeros(3) + x[0]

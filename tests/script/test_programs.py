@@ -236,3 +236,8 @@ def test_names_bound_on_every_path_that_goes_on(dtype):
     for sign in (1, -1):
         check(P.bound_unless_returned, sign * np.ones(3, dtype))
     check(P.bound_unless_continued, rand(5, 2, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_numpy_scalars_are_strong_python_numbers_weak(dtype):
+    check(P.numpy_scalars_are_strong, rand(3, dtype=dtype))

@@ -266,11 +266,16 @@ class ExpressionEmitter:
         if is_scripted(target):
             return self.call(target.__ember_script__, args, kwargs, node)
         try:
-            handler = NUMPY.get(target) or BUILTINS.get(target)
+            numpy_handler, builtin = NUMPY.get(target), BUILTINS.get(target)
         except TypeError:
-            handler = None
-        if handler is not None:
-            return handler(self.ops, args, kwargs)
+            numpy_handler = builtin = None
+        if numpy_handler is not None:
+            folded = fold_numpy_call(target, args, kwargs)
+            if folded is not None:  # a strong constant, as NumPy's scalars are
+                return self.ops.array(folded)
+            return numpy_handler(self.ops, args, kwargs)
+        if builtin is not None:
+            return builtin(self.ops, args, kwargs)
         if target is range:
             raise self.error(ScriptSyntaxError, node, "range() is supported as the iterable of a"
                              " `for` only")
@@ -278,6 +283,24 @@ class ExpressionEmitter:
         raise self.error(ScriptNameError, node.func, f"cannot call `{name}` in a scripted"
                          " function (only NumPy functions Ember knows, a few builtins and other"
                          " @ember.script functions)")
+
+
+# NumPy calls on constants run in Python (exactly NumPy's result, a NumPy scalar being a
+# strong type) when the result is at most this many elements: larger ones stay ops.
+FOLD_LIMIT = 16
+
+
+def fold_numpy_call(fn: Any, args: list, kwargs: dict) -> Any:
+    """fn(*args, **kwargs) computed now when no argument is an array value, else None."""
+    if any(isinstance(v, (ArrayValue, Undefined)) for v in flatten((*args, *kwargs.values()))):
+        return None
+    try:
+        result = fn(*args, **kwargs)
+    except Exception:
+        return None  # the emission raises the positioned error
+    if not isinstance(result, (np.ndarray, np.generic)) or np.size(result) > FOLD_LIMIT:
+        return None
+    return result
 
 
 def flatten(value: Any) -> list[Any]:
