@@ -12,8 +12,7 @@ expressions in expressions.py, values and their joins in types.py and joins.py.
 from __future__ import annotations
 
 import ast
-import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -26,37 +25,18 @@ from ember.errors import (
     ScriptTypeError,
 )
 from ember.frontends.script.arrays import ArrayOps, ScriptOpError
-from ember.frontends.script.checks import check_function
-from ember.frontends.script.exits import describe_name, transform_exits
+from ember.frontends.script.exits import describe_name
 from ember.frontends.script.expressions import ExpressionEmitter
+from ember.frontends.script.function import ScriptedFunction
 from ember.frontends.script.joins import Mismatch, coerce, join, rebuild, tensor_leaves, tree_of
-from ember.frontends.script.liveness import annotate_liveness, bound_names
+from ember.frontends.script.liveness import bound_names
 from ember.frontends.script.loops import LoopEmitter
-from ember.frontends.script.source import FunctionSource, read_source
+from ember.frontends.script.source import FunctionSource
 from ember.frontends.script.types import ArrayValue, Env, RuntimeInput, Undefined
 from ember.graph.builder import Builder
 from ember.graph.ir import Region
 
 MAX_INLINE_DEPTH = 32
-
-
-class ScriptedFunction:
-    """A function read, checked and exit-transformed at decoration: ready to specialize."""
-
-    def __init__(self, fn: Callable[..., Any]):
-        from ember.frontends.script.library import is_supported_global
-
-        self.fn = fn
-        self.name = fn.__name__
-        self.signature = inspect.signature(fn)
-        self.source: FunctionSource = read_source(fn)
-        check_function(self.source, is_supported_global)
-        transform_exits(self.source)
-        annotate_liveness(self.source.tree)
-
-
-def is_scripted(obj: Any) -> bool:
-    return isinstance(getattr(obj, "__ember_script__", None), ScriptedFunction)
 
 
 @dataclass

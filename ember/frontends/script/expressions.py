@@ -15,6 +15,7 @@ import numpy as np
 from ember.errors import ScriptNameError, ScriptSyntaxError, ScriptTypeError
 from ember.frontends.script.checks import resolve_global
 from ember.frontends.script.exits import IFEXP, UNDEFINED
+from ember.frontends.script.function import is_scripted
 from ember.frontends.script.library import ATTRIBUTES, BUILTINS, METHODS, NUMPY
 from ember.frontends.script.types import ArrayValue, Undefined, describe
 from ember.graph.ir import Region
@@ -261,8 +262,6 @@ class ExpressionEmitter:
         return self.call_value(target, args, kwargs, node)
 
     def call_value(self, target: Any, args: list, kwargs: dict, node: ast.Call) -> Any:
-        from ember.frontends.script.emit import is_scripted
-
         if is_scripted(target):
             return self.call(target.__ember_script__, args, kwargs, node)
         try:

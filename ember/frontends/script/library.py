@@ -327,11 +327,9 @@ ATTRIBUTES: dict[str, Callable[[ArrayOps, ArrayValue], Any]] = {
 }
 
 
-def is_supported_global(obj: Any) -> bool:
-    """Whether a global a scripted function calls is one this table (or scripting) knows."""
-    from ember.frontends.script.emit import is_scripted
-
+def is_known_callable(obj: Any) -> bool:
+    """Whether a global that a scripted function calls is in these tables (or is range)."""
     try:
-        return obj in NUMPY or obj in BUILTINS or obj is range or is_scripted(obj)
+        return obj in NUMPY or obj in BUILTINS or obj is range
     except TypeError:  # unhashable
         return False
