@@ -67,6 +67,9 @@ class ScriptFunction:
         self.dynamic = frozenset(dynamic)
         self.max_specializations = max_specializations or self.config.max_specializations
         self.signature = self.__ember_script__.signature
+        self.names = tuple(self.signature.parameters)
+        self.positional = all(p.kind is p.POSITIONAL_OR_KEYWORD
+                              for p in self.signature.parameters.values())
         unknown = self.dynamic - set(self.signature.parameters)
         if unknown:
             raise ScriptTypeError(f"dynamic=: {fn.__name__} has no argument"
@@ -85,10 +88,14 @@ class ScriptFunction:
         return list(self.cache.values())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        bound = self.signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        from_torch = any(is_torch_tensor(v) for v in _leaves(bound.arguments.values()))
-        arguments = {n: _to_numpy(v) for n, v in bound.arguments.items()}
+        if kwargs or len(args) != len(self.names) or not self.positional:
+            bound = self.signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            args = tuple(bound.arguments.values())
+        from_torch = any(is_torch_tensor(v) for v in _leaves(args))
+        if from_torch:
+            args = tuple(_to_numpy(v) for v in args)
+        arguments = dict(zip(self.names, args))
         key = self.key(arguments)
         self.stats["calls"] += 1
         spec = self.cache.get(key)
@@ -208,7 +215,10 @@ def _rebuild(tree: tuple, outputs: list[np.ndarray]) -> Any:
 def _leaves(values: Any) -> list[Any]:
     out = []
     for v in values:
-        out.extend(_leaves(v) if isinstance(v, tuple) else [v])
+        if isinstance(v, tuple):
+            out.extend(_leaves(v))
+        else:
+            out.append(v)
     return out
 
 
