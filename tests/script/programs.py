@@ -323,3 +323,10 @@ def bound_unless_continued(x):
 def numpy_scalars_are_strong(x):
     # NumPy's scalars are strong (np.exp(2) is float64), Python's weak (2.0).
     return x * np.exp(2), x * 2.0, np.sqrt(4.0) * x, x + np.float32(1), np.zeros(3) + x[0]
+
+
+def bound_in_a_later_iteration(x):
+    for i in range(5):
+        if i == 3:
+            y = x * i
+    return y

@@ -236,6 +236,7 @@ def test_names_bound_on_every_path_that_goes_on(dtype):
     for sign in (1, -1):
         check(P.bound_unless_returned, sign * np.ones(3, dtype))
     check(P.bound_unless_continued, rand(5, 2, dtype=dtype))
+    check(P.bound_in_a_later_iteration, rand(2, dtype=dtype))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

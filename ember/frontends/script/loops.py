@@ -198,6 +198,8 @@ class LoopEmitter:
 
 
 def is_constant(value: Any) -> bool:
+    """Whether a value is known at compile time (a name not bound yet counts: it is known to
+    have no value)."""
     if isinstance(value, tuple):
         return all(is_constant(v) for v in value)
-    return not isinstance(value, (ArrayValue, Undefined))
+    return not isinstance(value, ArrayValue)
