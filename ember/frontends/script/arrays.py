@@ -192,7 +192,7 @@ class ArrayOps:
     # -- indexing --------------------------------------------------------------------------
     def getitem(self, a: ArrayValue, index: Any) -> ArrayValue:
         items = expand_index(index, len(a.shape))
-        starts, ends, steps, gathers, final = [], [], [], [], []
+        bounds, gathers, final = [], [], []  # (start, stop, step) per axis; the result's shape
         axis = 0
         for item in items:
             if item is None:
@@ -200,17 +200,16 @@ class ArrayOps:
                 continue
             dim = a.shape[axis]
             if isinstance(item, slice):
-                start, stop, step = item.indices(dim)
-                starts.append(start), ends.append(stop), steps.append(step)
-                final.append(len(range(start, stop, step)))
+                bounds.append(item.indices(dim))
+                final.append(len(range(*bounds[-1])))
             elif isinstance(item, int):
                 k = item + dim if item < 0 else item
                 if not 0 <= k < dim:
                     raise ScriptOpError(f"index {item} is out of bounds for axis {axis} with"
                                         f" size {dim}")
-                starts.append(k), ends.append(k + 1), steps.append(1)
+                bounds.append((k, k + 1, 1))
             else:  # an integer array (a 0-d one: a runtime index)
-                starts.append(0), ends.append(dim), steps.append(1)
+                bounds.append((0, dim, 1))
                 gathers.append((axis, item))
                 final.extend(item.shape)
             axis += 1
@@ -219,7 +218,8 @@ class ArrayOps:
             raise ScriptOpError("an array index (not a scalar) must be the only array in a"
                                 " subscript")
         result = a
-        if any((s, e, st) != (0, d, 1) for s, e, st, d in zip(starts, ends, steps, a.shape)):
+        if any(b != (0, d, 1) for b, d in zip(bounds, a.shape)):
+            starts, ends, steps = zip(*bounds)
             result = self.op("slice", a, starts=starts, ends=ends, steps=steps)
         for axis, index_value in reversed(gathers):
             # Each gather replaces one axis, so later axes go first and earlier stay put.
@@ -235,7 +235,8 @@ class ArrayOps:
         box, view, mask = [], [], None
         pads = [0] * (2 * rank)
         for axis, (item, dim) in enumerate(zip(items, a.shape)):
-            positions = self.op("iota", shape=[dim] + [1] * (rank - axis - 1), dtype=DType.i64)
+            # The index along this axis, shaped to broadcast against `a`.
+            along = [dim] + [1] * (rank - axis - 1)
             if isinstance(item, slice):
                 start, stop, step = item.indices(dim)
                 if step != 1:
@@ -246,6 +247,7 @@ class ArrayOps:
                 pads[axis], pads[rank + axis] = start, dim - stop
                 if (start, stop) == (0, dim):
                     continue
+                positions = self.op("iota", shape=along, dtype=DType.i64)
                 inside = self.op("and", self.op("ge", positions, self.index(start)),
                                  self.op("lt", positions, self.index(stop)))
             else:
@@ -264,7 +266,7 @@ class ArrayOps:
                     negative = self.op("lt", target, self.index(0))
                     target = self.op("where", negative, self.op("add", target,
                                                                 self.index(dim)), target)
-                inside = self.op("eq", positions, target)
+                inside = self.op("eq", self.op("iota", shape=along, dtype=DType.i64), target)
             mask = inside if mask is None else self.op("and", mask, inside)
         value = self.cast(self.array(value), a.dtype)
         try:
