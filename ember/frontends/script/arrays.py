@@ -1,9 +1,8 @@
 """NumPy semantics on IR values: promotion (NEP 50), casts, indexing and functional setitem.
 
 `ArrayOps` wraps the Builder of the region being emitted. Its methods take Python
-constants or `ArrayValue`s and return `ArrayValue`s; type errors come back as
-`ScriptTypeError`-free `TypeError`s with a user-level message, which the emitter
-positions at the expression.
+constants or `ArrayValue`s and return `ArrayValue`s. Type errors raise `ScriptOpError`
+with a message for the user; the emitter positions it at the expression.
 """
 
 from __future__ import annotations
