@@ -366,3 +366,21 @@ def rebinds_dead_alias(x):
 
 def test_in_place_update_of_an_alias_that_is_dead_is_fine():
     np.testing.assert_allclose(ember.script(rebinds_dead_alias)(np.ones(3)), np.full(3, 6.0))
+
+
+def calls_a_local_value(x):
+    f = x.shape
+    return f(1)
+
+
+def unknown_method(x):
+    return x.cumsum_everything()
+
+
+def test_calls_known_only_at_the_first_call():
+    with pytest.raises(ScriptNameError, match="cannot call `tuple`") as info:
+        ember.script(calls_a_local_value)(np.ones(3))
+    check_error(info.value, calls_a_local_value, "f", nth=1)
+    with pytest.raises(ScriptNameError, match="no method `cumsum_everything`") as info:
+        ember.script(unknown_method)(np.ones(3))
+    check_error(info.value, unknown_method, "x.cumsum_everything")
