@@ -158,14 +158,21 @@ class LoopEmitter:
             body_env.values[name] = rebuild(trees[name], args)
         with self.in_region(region, body_env):
             if isinstance(node, ast.For):
-                counter = ArrayValue(region.args[0])
-                iv = self.ops.op("add", self.ops.index(start) if isinstance(start, int)
-                                 else self.ops.cast(start, DType.i64),
-                                 self.ops.op("mul", counter, self.ops.index(step)), weak=True)
-                body_env.bind(node.target.id, iv, node)
+                body_env.bind(node.target.id, self.induction(region.args[0], start, step), node)
             self.block(node.body)
         outs = {n: body_env.values.get(n, Undefined()) for n in node.ember_carried}
         return region, body_env, outs
+
+    def induction(self, counter: Any, start: Any, step: int) -> ArrayValue:
+        """The loop variable start + counter * step (a Python int in Python: weak)."""
+        ops = self.ops
+        iv = ArrayValue(counter, weak=True)
+        if step != 1:
+            iv = ops.op("mul", iv, ops.index(step), weak=True)
+        if not (isinstance(start, int) and start == 0):
+            begin = ops.index(start) if isinstance(start, int) else ops.cast(start, DType.i64)
+            iv = ops.op("add", begin, iv, weak=True)
+        return iv
 
     def loop_condition(self, node: ast.For | ast.While, env: Env) -> ArrayValue:
         """Whether another iteration runs: the while test (not at a for) and no stop flag."""
