@@ -330,3 +330,16 @@ def bound_in_a_later_iteration(x):
         if i == 3:
             y = x * i
     return y
+
+
+def sliding_windows(x, k):
+    # Runtime starts with lengths known when compiling: reads and writes.
+    out = np.zeros((x.shape[0] - k + 1, k), x.dtype)
+    smooth = x * 0
+    for i in range(x.shape[0] - k + 1):
+        out[i] = x[i:i + k] * (i + 1)
+        smooth[i:i + k] = smooth[i:i + k] + x[i:i + k] / k
+    pairs = np.zeros_like(x)
+    for j in range(x.shape[0] // 2):
+        pairs[2 * j:2 * j + 2] = x[2 * j:2 * j + 2][::-1]
+    return out, smooth, pairs

@@ -384,3 +384,16 @@ def test_calls_known_only_at_the_first_call():
     with pytest.raises(ScriptNameError, match="no method `cumsum_everything`") as info:
         ember.script(unknown_method)(np.ones(3))
     check_error(info.value, unknown_method, "x.cumsum_everything")
+
+
+def slice_of_runtime_length(x):
+    out = x * 0
+    for i in range(x.shape[0]):
+        out[0] = np.sum(x[i:])
+    return out
+
+
+def test_runtime_slice_needs_a_static_length():
+    with pytest.raises(ScriptTypeError, match=r"write `x\[i:i \+ n\]`") as info:
+        ember.script(slice_of_runtime_length)(np.ones(3))
+    check_error(info.value, slice_of_runtime_length, "i:")

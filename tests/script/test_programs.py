@@ -242,3 +242,9 @@ def test_names_bound_on_every_path_that_goes_on(dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_numpy_scalars_are_strong_python_numbers_weak(dtype):
     check(P.numpy_scalars_are_strong, rand(3, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_slices_with_runtime_starts(dtype):
+    for k in (1, 3):
+        check(P.sliding_windows, rand(7, dtype=dtype), k)

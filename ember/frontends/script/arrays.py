@@ -8,6 +8,7 @@ with a message for the user; the emitter positions it at the expression.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,15 @@ from ember.frontends.script.types import (
     python_dtype,
 )
 from ember.graph.builder import Builder
+
+
+@dataclass(frozen=True)
+class DynamicSlice:
+    """`x[start:start + length]` with a runtime start (an i64 scalar) and a length known
+    now; it must stay in bounds (its shape cannot depend on the data)."""
+
+    start: ArrayValue
+    length: int
 
 
 class ScriptOpError(Exception):
@@ -201,6 +211,10 @@ class ArrayOps:
             if isinstance(item, slice):
                 bounds.append(item.indices(dim))
                 final.append(len(range(*bounds[-1])))
+            elif isinstance(item, DynamicSlice):
+                bounds.append((0, dim, 1))
+                gathers.append((axis, self.window(item)))
+                final.append(item.length)
             elif isinstance(item, int):
                 k = item + dim if item < 0 else item
                 if not 0 <= k < dim:
@@ -212,7 +226,8 @@ class ArrayOps:
                 gathers.append((axis, item))
                 final.extend(item.shape)
             axis += 1
-        if len(gathers) > 1 and any(index.shape != () for _, index in gathers):
+        arrays = [item for item in items if isinstance(item, ArrayValue)]
+        if len(arrays) > 1 and any(index.shape != () for index in arrays):
             # NumPy broadcasts several array indices together: not supported yet.
             raise ScriptOpError("an array index (not a scalar) must be the only array in a"
                                 " subscript")
@@ -225,6 +240,11 @@ class ArrayOps:
             result = self.op("gather", result, index_value, axis=axis)
         return self.reshape(result, tuple(final))
 
+    def window(self, item: DynamicSlice) -> ArrayValue:
+        """The indices start, start + 1, ... of a dynamic slice."""
+        steps = self.op("iota", shape=[item.length], dtype=DType.i64)
+        return self.op("add", steps, item.start)
+
     def setitem(self, a: ArrayValue, index: Any, value: Any) -> ArrayValue:
         """`a` with `a[index] = value` done: where(in the indexed box, value, a)."""
         items = expand_index(index, len(a.shape))
@@ -233,6 +253,7 @@ class ArrayOps:
         rank = len(a.shape)
         box, view, mask = [], [], None
         pads = [0] * (2 * rank)
+        windows = []  # (axis, dynamic slice): the value is spread over the axis by a gather
         for axis, (item, dim) in enumerate(zip(items, a.shape)):
             # The index along this axis, shaped to broadcast against `a`.
             along = [dim] + [1] * (rank - axis - 1)
@@ -249,6 +270,14 @@ class ArrayOps:
                 positions = self.op("iota", shape=along, dtype=DType.i64)
                 inside = self.op("and", self.op("ge", positions, self.index(start)),
                                  self.op("lt", positions, self.index(stop)))
+            elif isinstance(item, DynamicSlice):
+                box.append(item.length)
+                view.append(item.length)
+                windows.append((axis, item))
+                positions = self.op("iota", shape=along, dtype=DType.i64)
+                end = self.op("add", item.start, self.index(item.length))
+                inside = self.op("and", self.op("ge", positions, item.start),
+                                 self.op("lt", positions, end))
             else:
                 box.append(1)
                 if isinstance(item, int):
@@ -276,6 +305,14 @@ class ArrayOps:
         value = self.reshape(value, tuple(box))
         if any(pads):
             value = self.op("pad", value, pads=pads)
+        for axis, item in windows:
+            # Position p of the axis takes value[p - start], clipped into the window (the
+            # mask keeps only the positions inside it).
+            positions = self.op("iota", shape=[a.shape[axis]], dtype=DType.i64)
+            offset = self.op("sub", positions, item.start)
+            offset = self.op("max", self.op("min", offset, self.index(item.length - 1)),
+                             self.index(0))
+            value = self.op("gather", value, offset, axis=axis)
         if mask is None:
             return self.broadcast_to(value, a.shape)
         return ArrayValue(self.op("where", mask, value, a).value)
@@ -292,7 +329,7 @@ def expand_index(index: Any, rank: int) -> list[Any]:
     """The items of a subscript, `...` expanded and missing trailing axes as full slices."""
     items = list(index) if isinstance(index, tuple) else [index]
     for item in items:
-        ok = item is None or item is Ellipsis or isinstance(item, (int, slice)) \
+        ok = item is None or item is Ellipsis or isinstance(item, (int, slice, DynamicSlice)) \
             or (isinstance(item, ArrayValue) and item.dtype.np.kind in "iu")
         if not ok or isinstance(item, bool):
             raise ScriptOpError(f"cannot index with {describe(item)}: use ints, slices with"

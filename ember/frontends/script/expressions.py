@@ -12,13 +12,15 @@ from typing import Any
 
 import numpy as np
 
+from ember.dtypes import DType
 from ember.errors import ScriptNameError, ScriptSyntaxError, ScriptTypeError
+from ember.frontends.script.arrays import DynamicSlice
 from ember.frontends.script.checks import resolve_global
 from ember.frontends.script.exits import IFEXP, UNDEFINED
 from ember.frontends.script.function import is_scripted
 from ember.frontends.script.library import ATTRIBUTES, BUILTINS, METHODS, NUMPY
 from ember.frontends.script.types import ArrayValue, Undefined, describe
-from ember.graph.ir import Region
+from ember.graph.ir import Region, Value
 
 # ast operator: (Python operator, emission on arrays)
 BINARY = {
@@ -224,15 +226,19 @@ class ExpressionEmitter:
                          f" {describe(index)}")
 
     def index(self, node: ast.expr) -> Any:
-        """A subscript's index: ints, slices of constant bounds, None, `...`, arrays."""
+        """A subscript's index: ints, slices, None, `...`, arrays. A slice with runtime
+        bounds must have a length known now (`x[i:i + 3]`): a DynamicSlice."""
         if isinstance(node, ast.Slice):
-            bounds = [self.expr(b) if b is not None else None
-                      for b in (node.lower, node.upper, node.step)]
-            if any(is_array(b) for b in bounds):
-                raise self.error(ScriptTypeError, node, "slice bounds must be Python ints"
-                                 " (compile-time constants): the result's shape must be known;"
-                                 " index one element at a time (`x[i]`) instead")
-            return slice(*bounds)
+            lower, upper, step = [self.expr(b) if b is not None else None
+                                  for b in (node.lower, node.upper, node.step)]
+            if not any(is_array(b) for b in (lower, upper, step)):
+                return slice(lower, upper, step)
+            length = static_length(lower, upper) if step in (None, 1) else None
+            if length is None:
+                raise self.error(ScriptTypeError, node, "a slice with runtime bounds needs a"
+                                 " length known when compiling, and step 1: write"
+                                 " `x[i:i + n]` with n a Python int")
+            return DynamicSlice(self.ops.cast(self.ops.array(lower), DType.i64), length)
         if isinstance(node, ast.Tuple):
             return tuple(self.index(e) for e in node.elts)
         value = self.expr(node)
@@ -300,6 +306,43 @@ def fold_numpy_call(fn: Any, args: list, kwargs: dict) -> Any:
     if not isinstance(result, (np.ndarray, np.generic)) or np.size(result) > FOLD_LIMIT:
         return None
     return result
+
+
+def static_length(lower: Any, upper: Any) -> int | None:
+    """upper - lower when it is a Python int: upper is `lower + n` (or `n + lower`)."""
+    if not (isinstance(lower, ArrayValue) and isinstance(upper, ArrayValue)
+            and lower.dtype.np.kind in "iu"):
+        return None
+    op = upper.value.producer
+    if op is None or op.name != "add":
+        return None
+    for base, offset in (op.operands, reversed(op.operands)):
+        if same_value(base, lower.value) and offset.producer is not None \
+                and offset.producer.name == "constant" \
+                and offset.producer.attrs.get("value") is not None:
+            return int(offset.producer.attrs["value"])
+    return None
+
+
+def same_value(a: Value, b: Value, depth: int = 4) -> bool:
+    """Whether two IR values surely hold the same number: one value, equal constants, or
+    the same pure op on the same values (`2 * i` written twice)."""
+    if a is b:
+        return True
+    pa, pb = a.producer, b.producer
+    if depth == 0 or pa is None or pb is None or pa.name != pb.name or pa.regions \
+            or len(pa.operands) != len(pb.operands) or a.type != b.type:
+        return False
+    if pa.name == "constant":
+        va, vb = pa.attrs.get("value"), pb.attrs.get("value")
+        return va is not None and vb is not None and np.array_equal(va, vb)
+    return pa.attrs.keys() == pb.attrs.keys() \
+        and all(_same_attr(pa.attrs[k], pb.attrs[k]) for k in pa.attrs) \
+        and all(same_value(x, y, depth - 1) for x, y in zip(pa.operands, pb.operands))
+
+
+def _same_attr(a: Any, b: Any) -> bool:
+    return np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b
 
 
 def flatten(value: Any) -> list[Any]:
