@@ -117,6 +117,8 @@ class LoopEmitter:
                   step: int | None) -> None:
         env = self.frame.env
         names = list(node.ember_carried)
+        if not names:
+            return  # nothing flows out: graph ops have no effects, so the loop is dead
         entry = {n: env.values.get(n, Undefined()) for n in names}
         trees = {n: tree_of(v) for n, v in entry.items()}
         for _ in range(MAX_TYPE_PASSES):
