@@ -50,3 +50,59 @@ class CompileError(EmberError):
 
 class ScheduleError(EmberError):
     """A schedule primitive that is illegal on the kernel given, or a malformed schedule."""
+
+
+class ScriptError(EmberError):
+    """An error in a function compiled by `@ember.script`, positioned in the user's file.
+
+    The message reads `file.py:LINE:COL: error: message`, then the source line with a
+    `^^^^` span under COL..END_COL, then one `file.py:LINE:COL: note: ...` line (and its
+    source) for each second location. `line` and `column` are 1-based; `end_column` is
+    exclusive. A function whose source cannot be read gets a ScriptError without a position.
+    """
+
+    def __init__(self, message: str, file: str | None = None, line: int | None = None,
+                 column: int | None = None, end_column: int | None = None,
+                 source_line: str | None = None,
+                 notes: tuple[tuple[str, int, int, int, str, str], ...] = ()):
+        self.message = message
+        self.file, self.line, self.column, self.end_column = file, line, column, end_column
+        self.source_line = source_line
+        self.notes = notes  # (message, line, column, end_column, source line, file)
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        if self.line is None:
+            return self.message
+        text = [_located(self.file, self.line, self.column, self.end_column, self.source_line,
+                         "error", self.message)]
+        for message, line, column, end_column, source, file in self.notes:
+            text.append(_located(file, line, column, end_column, source, "note", message))
+        return "\n".join(text)
+
+
+def _located(file, line, column, end_column, source, kind, message) -> str:
+    head = f"{file}:{line}:{column}: {kind}: {message}"
+    if not source:
+        return head
+    width = max(1, (end_column or column + 1) - column)
+    return f"{head}\n    {source}\n    {' ' * (column - 1)}{'^' * width}"
+
+
+class ScriptSyntaxError(ScriptError):
+    """A Python construct that `@ember.script` does not support (raised at decoration time
+    where the syntax alone shows it)."""
+
+
+class ScriptTypeError(ScriptError):
+    """Types that do not fit: operands, a carried value whose shape or dtype changes, a
+    value used as the wrong kind (an array where a Python int is needed)."""
+
+
+class ScriptNameError(ScriptError):
+    """A name that is not defined, may be undefined, or names something a scripted
+    function cannot use."""
+
+
+class ScriptInternalError(ScriptError):
+    """A bug of the scripting frontend, positioned at the statement it was emitting."""
