@@ -5,11 +5,14 @@ config (its target included) were compiled before.
     stage          reads -> makes                    EMBER_DUMP writes
     graph passes   graph -> graph                    NN-<pass>.ir (the default pipeline,
                                                      the backend's layout passes, fusion)
-    lowering       graph -> program (L2)             lowered.ir, schedules.json (each
-                                                     tunable kernel's parameters, from the
-                                                     Tuning session: defaults, given back,
-                                                     or searched through the backend)
-    scheduling     program -> program                loops.ir (the default schedule)
+    lowering       graph -> program (L2)             lowered.ir (tunable kernels take
+                                                     their parameters from the Tuning
+                                                     session: defaults, given back, or
+                                                     searched through the backend)
+    scheduling     program -> program                loops.ir; schedules.json (every
+                                                     kernel's parameters, and its schedule
+                                                     as primitives: derived from the target,
+                                                     or given back)
     memory plan    program -> arena offsets          memory-plan.txt
     emission       program -> object code            llvm.ll, asm.s (the backend)
     loading        object code -> Executable         (the backend)
@@ -122,13 +125,13 @@ def lower_to_program(graph: Graph, config: Config, timings: dict | None = None,
         tuning = tuning_session(config, backend)
         program = stages.run("lowering", lambda: lower_graph(optimized, target, tuning),
                              loop_ir("lowered.ir"))
+        program = stages.run("scheduling",
+                             lambda: verify_program(schedule_program(program, target, tuning)),
+                             loop_ir("loops.ir"))
         if stages.folder is not None:
             write_atomically(stages.folder / "schedules.json", _schedules_text(tuning))
         if schedules is not None:
             schedules.update(tuning.chosen)
-        program = stages.run("scheduling",
-                             lambda: verify_program(schedule_program(program, target)),
-                             loop_ir("loops.ir"))
         plan = stages.run("memory plan", lambda: plan_memory(program),
                           _dump_text("memory-plan.txt", lambda plan: plan.report() + "\n"))
     return program, plan

@@ -27,6 +27,7 @@ from ember.loops.analysis import (
     affine_form,
     independent,
     interchange_conflict,
+    plan_vector,
     stored_buffers,
     vector_plan_in,
 )
@@ -286,6 +287,49 @@ def parallel(kernel: Kernel, loop: str) -> Kernel:
     return _set_kind(kernel, s, "parallel")
 
 
+def vectorize_blocks(kernel: Kernel, loop: str, width: int) -> Kernel:
+    """Strip-mine the innermost serial loop %i (constant bounds, step 1, n iterations, at
+    least `width`) into blocks of `width` lanes: `for %i.v = 0 to n / width { for %i.l = 0
+    to width vectorized { .. } }`, then a vectorized tail `for %i.l = 0 to n % width` (the
+    block loop only when there are several blocks, the tail only when there is a rest);
+    `width` is one vector register of the body's widest type. Refused with the reason when
+    the body cannot run on lanes."""
+    s = find_loop(kernel, loop)
+    nested = next((t for t in walk_stmts(s.body) if isinstance(t, For)), None)
+    if nested is not None:
+        raise ScheduleError(f"cannot vectorize %{loop} in blocks: it is not innermost (loop"
+                            f" %{nested.var.name} is inside it)")
+    if s.kind != "serial" or s.step != 1 or not (isinstance(s.start, Const) and
+                                                  isinstance(s.stop, Const)):
+        raise ScheduleError(f"cannot vectorize %{loop} in blocks: it must be a serial loop"
+                            " with constant bounds and step 1")
+    start, trips = int(s.start.value), int(s.stop.value) - int(s.start.value)
+    if width < 1 or trips < width:
+        raise ScheduleError(f"cannot vectorize %{loop} in blocks of {width}: it runs"
+                            f" {trips} iterations")
+    blocks, rest = divmod(trips, width)
+    names = {t.var.name for t in kernel.walk() if isinstance(t, For)}
+    block, lane = f"{loop}.v", f"{loop}.l"
+    while block in names or lane in names:
+        block, lane = block + "_", lane + "_"
+    main = _lanes(s, lane, Var(block) * width + start if blocks > 1 else Const(start), width)
+    plan = plan_vector(main, {b.name for b in kernel.locals},
+                       {b.name: b.shape for b in (*kernel.params, *kernel.locals)})
+    if isinstance(plan, str):
+        raise ScheduleError(f"cannot vectorize %{loop} in blocks: {plan}")
+    nest: list[Stmt] = [For(Var(block), Const(0), Const(blocks), [main])] \
+        if blocks > 1 else [main]
+    if rest:
+        nest.append(_lanes(s, lane, Const(start + blocks * width), rest))
+    return _rewrite(kernel, {id(s): nest})
+
+
+def _lanes(loop: For, lane: str, first: Expr, count: int) -> For:
+    """`loop`'s iterations first .. first + count - 1 as a vectorized loop over `lane`."""
+    return For(Var(lane), Const(0), Const(count),
+               _substitute(loop.body, {loop.var.name: Var(lane) + first}), kind="vectorized")
+
+
 def tile(kernel: Kernel, loop_a: str, loop_b: str, factor_a: int, factor_b: int) -> Kernel:
     """Split the perfect nest a { b } into a.o { b.o { a.i { b.i } } }."""
     _perfect_nest(kernel, loop_a, loop_b, f"tile %{loop_a} and %{loop_b}")
@@ -472,6 +516,7 @@ PRIMITIVES: dict[str, tuple[Callable[..., Kernel], tuple[str, ...]]] = {
     "reorder": (reorder, ("loop", "loop")),
     "fuse": (fuse, ("loop", "loop")),
     "vectorize": (vectorize, ("loop",)),
+    "vectorize_blocks": (vectorize_blocks, ("loop", "int")),
     "unroll": (unroll, ("loop",)),
     "parallel": (parallel, ("loop",)),
     "tile": (tile, ("loop", "loop", "int", "int")),

@@ -17,15 +17,17 @@ Independence is `ember.loops.analysis.independent`.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import warnings
 from dataclasses import replace
 
 from ember.dtypes import DType
-from ember.errors import VerificationError
-from ember.loops.analysis import access_kind, independent, plan_vector
+from ember.errors import ScheduleError, VerificationError
+from ember.loops.analysis import access_kind, independent
 from ember.loops.cost import trip_count, weighted
 from ember.loops.ir import (
     Const,
-    Expr,
     For,
     If,
     Kernel,
@@ -33,13 +35,14 @@ from ember.loops.ir import (
     Program,
     Stmt,
     Store,
-    Var,
     loads_in,
     walk_expr,
     walk_stmts,
 )
-from ember.loops.primitives import _rewrite, _split, _substitute, reorder, unroll, vectorize
+from ember.loops.primitives import Schedule, Step, _split
 from ember.loops.simplify import simplify_kernel
+from ember.loops.text import print_kernel
+from ember.loops.tune.context import Tuning
 from ember.loops.verify import verify_kernel
 from ember.target import Target
 
@@ -98,23 +101,28 @@ def _candidates(s: For):
 def default_schedule(kernel: Kernel, min_work: int = MIN_PARALLEL_WORK) -> Kernel:
     """Parallelize the outermost legal loop of each top-level nest with enough work (and
     at least two iterations)."""
-    for position in range(len(kernel.body)):
-        top = kernel.body[position]  # from the kernel as scheduled so far
+    scheduling = _Scheduling(kernel)
+    _parallelize_nests(scheduling, min_work)
+    return scheduling.kernel
+
+
+def _parallelize_nests(scheduling: _Scheduling, min_work: int) -> None:
+    for position in range(len(scheduling.kernel.body)):
+        top = scheduling.kernel.body[position]  # from the kernel as scheduled so far
         if not isinstance(top, For) or work([top]) < min_work:
             continue
         for loop in _candidates(top):
             if trip_count(loop) < 2 or not _constant_bounds(loop):
                 continue
             try:
-                kernel = parallelize(kernel, loop)
-            except VerificationError:
+                scheduling.apply("parallel", loop.var.name)
+            except ScheduleError:
                 # A team per iteration of this loop would pay a fork each time: look
                 # further in only past a loop of a few iterations.
                 if trip_count(loop) > MAX_FORKS:
                     break
                 continue
             break
-    return kernel
 
 
 def transpose_block(target: Target) -> int:
@@ -134,7 +142,13 @@ def block_transposes(kernel: Kernel, target: Target) -> Kernel:
     were evicted before the next column came back to them (BERT's key heads, [128, 12, 64]
     -> [12, 64, 128] by 0.125: 106 -> 22 us a call on one thread, PyTorch's 43; the
     transposing kernels of BERT-base 2.25 -> 1.20 ms, of GPT-2 2.00 -> 0.90)."""
-    side = transpose_block(target)
+    scheduling = _Scheduling(kernel)
+    _block_transposes(scheduling, target)
+    return scheduling.kernel
+
+
+def _block_transposes(scheduling: _Scheduling, target: Target) -> None:
+    kernel, side = scheduling.kernel, transpose_block(target)
     shapes = {b.name: b.shape for b in (*kernel.params, *kernel.locals)}
     pairs = []
     for outer in walk_stmts(kernel.body):
@@ -154,10 +168,11 @@ def block_transposes(kernel: Kernel, target: Target) -> Kernel:
                 access_kind(x.index, a, shapes[x.buffer]) == "contiguous" for x in loads):
             pairs.append((a, b))
     for a, b in pairs:
-        kernel, _, rows = _split(kernel, a, side)
-        kernel, blocks, lanes = _split(kernel, b, side)
-        kernel = vectorize(unroll(reorder(kernel, rows, blocks), rows), lanes)
-    return kernel
+        _, rows = scheduling.split(a, side)
+        blocks, lanes = scheduling.split(b, side)
+        scheduling.apply("reorder", rows, blocks)
+        scheduling.apply("unroll", rows)
+        scheduling.apply("vectorize", lanes)
 
 
 def vectorize_inner_loops(kernel: Kernel, target: Target) -> Kernel:
@@ -171,12 +186,17 @@ def vectorize_inner_loops(kernel: Kernel, target: Target) -> Kernel:
     that the output does not overlap the inputs: an output planned in place of its input
     (ember/runtime/memory_plan.py) fails it and runs serially. BERT's GELU in place took
     3 ms a layer that way instead of 0.3."""
+    scheduling = _Scheduling(kernel)
+    _vectorize_inner_loops(scheduling, target)
+    return scheduling.kernel
+
+
+def _vectorize_inner_loops(scheduling: _Scheduling, target: Target) -> None:
+    kernel = scheduling.kernel
     if any(isinstance(s, For) and s.kind == "vectorized" for s in walk_stmts(kernel.body)):
-        return kernel
-    locals_ = {b.name for b in kernel.locals}
+        return
     shapes = {b.name: b.shape for b in (*kernel.params, *kernel.locals)}
-    names = {s.var.name for s in walk_stmts(kernel.body) if isinstance(s, For)}
-    replacements: dict[int, list[Stmt]] = {}
+    chosen = []
     for loop in walk_stmts(kernel.body):
         if not isinstance(loop, For) or loop.kind != "serial" or loop.step != 1 or \
                 not _constant_bounds(loop) or \
@@ -188,49 +208,93 @@ def vectorize_inner_loops(kernel: Kernel, target: Target) -> Kernel:
         loads = [x for s in body_stmts for x in walk_expr(s.value) if isinstance(x, Load)]
         widest = max(x.dtype.itemsize for x in [*loads, *(s.value for s in body_stmts)])
         width = max(4, target.vector_bytes // widest)
-        trips = int(loop.stop.value) - int(loop.start.value)
-        if trips < width or any(access_kind(x.index, loop.var.name, shapes[x.buffer]) ==
-                                "gather" for x in loads):
+        if trip_count(loop) >= width and not any(
+                access_kind(x.index, loop.var.name, shapes[x.buffer]) == "gather"
+                for x in loads):
+            chosen.append((loop.var.name, width))
+    for name, width in chosen:
+        # Reductions are refused: LLVM's vectorizer keeps a reduction's partial sums in
+        # vectors across the whole loop, where blocks of lanes would each end in a
+        # horizontal one.
+        try:
+            scheduling.apply("vectorize_blocks", name, width)
+        except ScheduleError:
             continue
-        blocks, rest = divmod(trips, width)
-        # Fresh names, against the kernel's and those picked so far in this pass (which
-        # primitives._fresh, reading the kernel alone, would not see).
-        block, lane = f"{loop.var.name}.v", f"{loop.var.name}.l"
-        while block in names or lane in names:
-            block, lane = block + "_", lane + "_"
-        names |= {block, lane}
-        start = int(loop.start.value)
-        main = _lanes(loop, lane, Var(block) * width + start if blocks > 1 else Const(start),
-                      width)
-        # No reductions: LLVM's vectorizer keeps a reduction's partial sums in vectors
-        # across the whole loop, where blocks of lanes would each end in a horizontal one.
-        if isinstance(plan_vector(main, locals_, shapes), str):
-            continue
-        nest: list[Stmt] = [For(Var(block), Const(0), Const(blocks), [main])] \
-            if blocks > 1 else [main]
-        if rest:
-            nest.append(_lanes(loop, lane, Const(start + blocks * width), rest))
-        replacements[id(loop)] = nest
-    if not replacements:
-        return kernel
-    return _rewrite(kernel, replacements)
 
 
-def _lanes(loop: For, lane: str, first: Expr, count: int) -> For:
-    """`loop`'s iterations first .. first + count - 1 as a vectorized loop over `lane`."""
-    return For(Var(lane), Const(0), Const(count),
-               _substitute(loop.body, {loop.var.name: Var(lane) + first}), kind="vectorized")
+class _Scheduling:
+    """A kernel being scheduled: primitives applied one at a time, noted in order (the
+    kernel's schedule, which `Schedule.apply` replays)."""
+
+    def __init__(self, kernel: Kernel):
+        self.kernel = kernel
+        self.steps: list[Step] = []
+
+    def apply(self, name: str, *args: str | int) -> None:
+        step = Step(name, args)
+        self.kernel = step.apply(self.kernel)
+        self.steps.append(step)
+
+    def split(self, loop: str, factor: int) -> tuple[str, str]:
+        """Split `loop` by `factor`: the names of the outer and inner loops."""
+        self.kernel, outer, inner = _split(self.kernel, loop, factor)
+        self.steps.append(Step("split", (loop, factor)))
+        return outer, inner
+
+
+def default_kernel_schedule(kernel: Kernel, target: Target) -> Schedule:
+    """The default schedule of `kernel` (its indices simplified) on `target`, as
+    primitives: transposes in blocks, parallel outer loops, vectorized inner ones."""
+    scheduling = _Scheduling(kernel)
+    _block_transposes(scheduling, target)
+    _parallelize_nests(scheduling, MIN_PARALLEL_WORK)
+    _vectorize_inner_loops(scheduling, target)
+    return Schedule(scheduling.steps)
 
 
 def schedule_kernel(kernel: Kernel, target: Target) -> Kernel:
     """`kernel` with its index arithmetic simplified by the loops' ranges (divisions that
-    inlined reshapes leave) and the default schedule for `target` applied: transposes in
-    blocks, parallel outer loops, vectorized inner ones."""
-    blocked = block_transposes(simplify_kernel(kernel), target)
-    return vectorize_inner_loops(default_schedule(blocked), target)
+    inlined reshapes leave) and the default schedule for `target` applied."""
+    simplified = simplify_kernel(kernel)
+    return default_kernel_schedule(simplified, target).apply(simplified)
 
 
-def schedule_program(program: Program, target: Target) -> Program:
-    """`program` with each kernel scheduled by `schedule_kernel` for `target`."""
-    program.kernels = [schedule_kernel(k, target) for k in program.kernels]
+def schedule_program(program: Program, target: Target, tuning: Tuning | None = None
+                     ) -> Program:
+    """`program` with each kernel's indices simplified and its schedule applied: the one
+    that `tuning`'s schedules file gives for it, else the default for `target`. Each
+    kernel's schedule is noted in `tuning.chosen` under `kernel/<name>`, with the
+    fingerprint of the loop nest it applies to (one given back for another nest is
+    not applied)."""
+    scheduled = []
+    for kernel in program.kernels:
+        simplified = simplify_kernel(kernel)
+        key, fingerprint = f"kernel/{kernel.name}", nest_fingerprint(simplified)
+        record = tuning.lookup(key) if tuning is not None else None
+        schedule = _given_schedule(kernel.name, record, fingerprint) if record else None
+        if schedule is None:
+            schedule = default_kernel_schedule(simplified, target)
+        scheduled.append(schedule.apply(simplified))
+        if tuning is not None:
+            tuning.chosen[key] = {"nest": fingerprint,
+                                  "steps": [[s.name, *s.args] for s in schedule.steps]}
+    program.kernels = scheduled
     return program
+
+
+def nest_fingerprint(kernel: Kernel) -> str:
+    """A short hash of `kernel`'s loop-IR text: which nest a schedule was written for."""
+    return hashlib.sha256(print_kernel(kernel).encode()).hexdigest()[:16]
+
+
+def _given_schedule(name: str, record: dict, fingerprint: str) -> Schedule | None:
+    """The schedule of a record given back for kernel `name`, or None (with a warning)
+    when it was written for another loop nest: the lowering's parameters were edited too,
+    or the model or the compiler changed."""
+    if not isinstance(record, dict) or not isinstance(record.get("steps"), list):
+        raise ScheduleError(f"the schedule given for kernel @{name} has no list of steps")
+    if record.get("nest") != fingerprint:
+        warnings.warn(f"the schedule given for kernel @{name} was written for another loop"
+                      " nest; the kernel gets the default schedule", stacklevel=3)
+        return None
+    return Schedule.from_json(json.dumps({"steps": record["steps"]}))

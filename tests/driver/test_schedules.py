@@ -15,6 +15,7 @@ import ember
 from ember.codegen.cpu import llvm_ir_text
 from ember.codegen.llvm import program_module
 from ember.driver.pipeline import lower_to_program, resolve
+from ember.loops.ir import For
 from ember.loops.text import print_program
 
 RNG = np.random.default_rng(7)
@@ -80,14 +81,52 @@ def test_an_edited_schedule_gives_that_code(tmp_path) -> None:
     path = tmp_path / "edited.json"
     path.write_text(json.dumps(chosen))
     config = ember.Config(executor="cpu", disk_cache=False, schedules=str(path))
-    edited, again = llvm_ir(graph, config)
-    assert edited != first and again == chosen
-    program, _ = lower_to_program(graph, resolve(config))
+    # The two edited kernels' loop nests changed: their primitives, written for the old
+    # nests, give way to the default schedule, with a warning each.
+    with pytest.warns(UserWarning, match="written for another loop nest") as warned:
+        edited, again = llvm_ir(graph, config)
+    assert len(warned) == 2
+    assert edited != first
+    changed = {k for k in chosen if again[k] != chosen[k]}
+    assert len(changed) == 2 and all(k.startswith("kernel/") for k in changed)
+    with pytest.warns(UserWarning, match="written for another loop nest"):
+        program, _ = lower_to_program(graph, resolve(config))
+        compiled = ember.compile(graph, config=config)
     text = print_program(program)
     assert f"f32[4,{lanes}]" in text  # the edited register tile
     x = RNG.standard_normal((1, 8, 16, 16)).astype(np.float32)
-    np.testing.assert_allclose(ember.compile(graph, config=config)(x)[0],
-                               ember.interpret(graph, [x])[0], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(compiled(x)[0], ember.interpret(graph, [x])[0], rtol=1e-4,
+                               atol=1e-4)
+
+
+def test_edited_primitives_give_that_code_and_are_checked(tmp_path) -> None:
+    """A kernel's schedule as primitives: dropping the vectorization of an elementwise
+    kernel gives serial code that computes the same; a primitive that cannot apply is an
+    error naming the step."""
+    b = ember.Builder("scaled")
+    x = b.input("x", "f32", (64, 100))
+    b.output(b.exp(b.mul(x, b.constant(np.float32(0.5)))))
+    graph = b.build()
+    first, chosen = llvm_ir(graph, CPU)
+    key = next(k for k in chosen if k.startswith("kernel/"))
+    steps = chosen[key]["steps"]
+    assert ["vectorize_blocks"] == [s[0] for s in steps if s[0].startswith("vector")], steps
+    chosen[key]["steps"] = [s for s in steps if s[0] != "vectorize_blocks"]
+    path = tmp_path / "serial.json"
+    path.write_text(json.dumps(chosen))
+    config = ember.Config(executor="cpu", disk_cache=False, schedules=str(path))
+    serial, again = llvm_ir(graph, config)
+    assert serial != first and again == chosen
+    program, _ = lower_to_program(graph, resolve(config))
+    assert "vectorized" not in {s.kind for k in program.kernels for s in k.walk()
+                                if isinstance(s, For)}
+    data = RNG.standard_normal((64, 100)).astype(np.float32)
+    np.testing.assert_allclose(ember.compile(graph, config=config)(data)[0],
+                               np.exp(data * 0.5), rtol=1e-6)
+    chosen[key]["steps"] = [["unroll", "nosuchloop"]]
+    path.write_text(json.dumps(chosen))
+    with pytest.raises(ember.EmberError, match=r"step 1 \(unroll nosuchloop\).*no loop"):
+        llvm_ir(graph, config)
 
 
 def test_a_bad_schedules_file_is_a_clear_error(tmp_path) -> None:

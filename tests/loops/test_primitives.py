@@ -27,6 +27,7 @@ from ember.loops.primitives import (
     tile,
     unroll,
     vectorize,
+    vectorize_blocks,
 )
 from ember.loops.text import parse_kernel, print_kernel
 from ember.loops.verify import verify_kernel
@@ -302,6 +303,31 @@ def test_vectorize_refuses_a_body_the_lanes_cannot_run() -> None:
         vectorize(parse_kernel(TOTAL), "j")
     with pytest.raises(VerificationError, match=r"step 1 \(vectorize j\): kernel @total"):
         Schedule.parse("vectorize j\n").apply(parse_kernel(TOTAL))
+
+
+def test_vectorize_blocks_strip_mines_into_vectors_and_a_tail() -> None:
+    """12 iterations in blocks of 8: one block (no block loop) and a tail of 4; 36 in
+    blocks of 8: a block loop of 4 and a tail of 4."""
+    kernel = parse_kernel(SCALE)
+    text = check(kernel, vectorize_blocks(kernel, "j", 8))
+    assert "for %j.l = 0 to 8 vectorized {" in text and "for %j.l = 0 to 4 vectorized {" in text
+    assert "%j.v" not in text
+    wide = parse_kernel(SCALE.replace("12", "36"))
+    text = check(wide, vectorize_blocks(wide, "j", 8))
+    assert "for %j.v = 0 to 4 {" in text and "add(%j.l, mul(%j.v, 8))" in text
+
+
+def test_vectorize_blocks_refusals() -> None:
+    kernel = parse_kernel(SCALE)
+    with pytest.raises(ScheduleError, match="%i in blocks: it is not innermost"):
+        vectorize_blocks(kernel, "i", 8)
+    with pytest.raises(ScheduleError, match="in blocks of 16: it runs 12 iterations"):
+        vectorize_blocks(kernel, "j", 16)
+    with pytest.raises(ScheduleError, match="serial loop with constant bounds"):
+        vectorize_blocks(parse_kernel(RAGGED), "i", 4)
+    with pytest.raises(ScheduleError, match="cannot vectorize %j in blocks: a store to"):
+        vectorize_blocks(parse_kernel(TOTAL), "j", 4)  # a reduction into %y[0]
+    assert Schedule.parse("vectorize_blocks j 8\n").steps == [Step("vectorize_blocks", ("j", 8))]
 
 
 def test_parallel_refuses_carried_dependences() -> None:

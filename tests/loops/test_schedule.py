@@ -12,6 +12,7 @@ from ember.codegen import cpu
 from ember.codegen.llvm import kernel_module
 from ember.loops import schedule
 from ember.loops.ir import For
+from ember.loops.primitives import Schedule
 from ember.loops.schedule import (
     block_transposes,
     default_schedule,
@@ -307,3 +308,20 @@ def test_a_full_block_is_transposed_in_registers() -> None:
     run = cpu.compile_module(kernel_module([kernel]), target=HOST).kernel("t", 2)
     run(x.ctypes.data, y.ctypes.data)
     np.testing.assert_array_equal(y, x.T)
+
+
+def test_the_default_schedule_is_a_list_of_primitives_that_replays() -> None:
+    """A transposing nest's blocks, a parallel loop and vectorized blocks, as steps that
+    print, parse back and, replayed on the unscheduled kernel, give the scheduled one."""
+    for text in (TRANSPOSE, SCALE.format(n=1024)):
+        kernel = parse_kernel(text)
+        steps = schedule.default_kernel_schedule(kernel, HOST)
+        assert steps.steps, text
+        replayed = Schedule.parse(str(steps)).apply(kernel)
+        assert print_kernel(replayed) == print_kernel(schedule.schedule_kernel(kernel, HOST))
+    names = [s.name for s in schedule.default_kernel_schedule(parse_kernel(TRANSPOSE),
+                                                               HOST).steps]
+    assert names[:5] == ["split", "split", "reorder", "unroll", "vectorize"]
+    names = [s.name for s in schedule.default_kernel_schedule(parse_kernel(SCALE.format(
+        n=1024)), HOST).steps]
+    assert names == ["parallel", "vectorize_blocks"]
