@@ -35,13 +35,20 @@ cross-tools:
 test-full: $(STAMP) cross-tools
 	EMBER_SLOW_TESTS=1 $(BIN)/python -m pytest -q -n 2 -m ''
 
-bench: $(STAMP)
+# The peers of the scripted workloads (numba, jax): only `make bench` needs them.
+PEERS := $(VENV)/.peers
+$(PEERS): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[peers]'
+	touch $(PEERS)
+
+bench: $(STAMP) $(PEERS)
 	$(BIN)/python bench/bench_gemm.py --record
 	$(BIN)/python bench/bench_ops.py --threads 1
 	$(BIN)/python bench/bench_ops.py --threads 2
 	$(BIN)/python bench/kernel_counts.py
 	$(BIN)/python bench/bench_models.py --threads 1
 	$(BIN)/python bench/bench_models.py --threads 2
+	$(BIN)/python bench/bench_script.py --threads 1
 
 lint: $(STAMP) lint-imports
 	$(BIN)/ruff check ember tests bench

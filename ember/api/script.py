@@ -75,6 +75,8 @@ class ScriptFunction:
             raise ScriptTypeError(f"dynamic=: {fn.__name__} has no argument"
                                   f" {', '.join(sorted(unknown))}")
         self.cache: OrderedDict[tuple, Specialization] = OrderedDict()
+        # Calls on arrays only, by their dtypes and shapes: the common call skips the key.
+        self.by_arrays: dict[tuple, Specialization] = {}
         self.stats = {"compiles": 0, "calls": 0, "hits": 0, "evictions": 0}
         specs = annotated_specs(fn, self.signature)
         if specs is not None:  # every argument annotated: compile now
@@ -88,6 +90,16 @@ class ScriptFunction:
         return list(self.cache.values())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        arrays_only = not kwargs and self.positional and len(args) == len(self.names) and \
+            all(type(a) is np.ndarray for a in args)
+        if arrays_only:
+            spec = self.by_arrays.get(tuple((a.dtype, a.shape) for a in args))
+            if spec is not None:
+                self.stats["calls"] += 1
+                self.stats["hits"] += 1
+                self.cache.move_to_end(spec.key)
+                return _rebuild(spec.tree, list(spec.compiled(*args))
+                                if spec.compiled is not None else [])
         if kwargs or len(args) != len(self.names) or not self.positional:
             bound = self.signature.bind(*args, **kwargs)
             bound.apply_defaults()
@@ -109,6 +121,8 @@ class ScriptFunction:
             inputs = [a for n, v in arguments.items()
                       for a in runtime_arrays(v, n in self.dynamic)]
             outputs = list(spec.compiled(*inputs))
+        if arrays_only:
+            self.by_arrays[tuple((a.dtype, a.shape) for a in args)] = spec
         result = _rebuild(spec.tree, outputs)
         return _to_torch(result) if from_torch else result
 
@@ -138,7 +152,8 @@ class ScriptFunction:
     def evict(self) -> None:
         varying = [name for k, name in enumerate(self.signature.parameters)
                    if len({key[k] for key in self.cache}) > 1]
-        self.cache.popitem(last=False)
+        _, dropped = self.cache.popitem(last=False)
+        self.by_arrays = {k: v for k, v in self.by_arrays.items() if v is not dropped}
         self.stats["evictions"] += 1
         hint = (f" (the argument{'s' if len(varying) > 1 else ''} that vary:"
                 f" {', '.join(varying)})") if varying else ""

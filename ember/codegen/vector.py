@@ -527,6 +527,20 @@ class VectorBody:
     def cast(self, src: DType, dst: DType, x: ir.Value) -> ir.Value:
         """scalar.cast on vectors, for the casts that `_vector_cast` allows."""
         b = self.b
+        if dst is DType.bool:  # nonzero (a NaN too)
+            if src is DType.bool:
+                return x
+            if src.is_float:
+                return b.fcmp_unordered("!=", x, ir.Constant(x.type, None))
+            return b.icmp_unsigned("!=", x, ir.Constant(x.type, None))
+        if (src.is_int or src is DType.bool) and dst.is_int:  # bool: an unsigned i1
+            target = self.vec(value_type(dst))
+            width, wanted = x.type.element.width, target.element.width
+            if wanted < width:
+                return b.trunc(x, target)
+            if wanted > width:
+                return b.sext(x, target) if src.is_signed else b.zext(x, target)
+            return x
         if src.is_float:
             if dst is DType.f16:  # round to half, computed in f32
                 return b.fpext(b.fptrunc(x, self.vec(scalar.F16)), self.vec(scalar.F32))

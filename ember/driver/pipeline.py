@@ -13,7 +13,8 @@ config (its target included) were compiled before.
                                                      kernel's parameters, and its schedule
                                                      as primitives: derived from the target,
                                                      or given back)
-    memory plan    program -> arena offsets          memory-plan.txt
+    memory plan    program -> arena offsets          memory-plan.txt (copies into carried
+                                                     and result buffers folded first)
     emission       program -> object code            llvm.ll, asm.s (the backend)
     loading        object code -> Executable         (the backend)
 
@@ -132,9 +133,17 @@ def lower_to_program(graph: Graph, config: Config, timings: dict | None = None,
             write_atomically(stages.folder / "schedules.json", _schedules_text(tuning))
         if schedules is not None:
             schedules.update(tuning.chosen)
-        plan = stages.run("memory plan", lambda: plan_memory(program),
+        plan = stages.run("memory plan", lambda: plan_memory(_coalesced(program)),
                           _dump_text("memory-plan.txt", lambda plan: plan.report() + "\n"))
     return program, plan
+
+
+def _coalesced(program):
+    """`program` with the copies that control flow lowers to folded into their writers."""
+    from ember.runtime.copies import coalesce_copies
+
+    coalesce_copies(program)
+    return program
 
 
 def tuning_session(config: Config, backend: Backend):

@@ -378,7 +378,9 @@ def _vector_cast(src: DType, dst: DType) -> bool:
     halves = (DType.f16, DType.bf16)
     return (src.is_float and dst.is_float and dst is not DType.bf16
             and not (src is DType.f64 and dst is DType.f16)) or \
-        (src.is_int and src is not DType.bool and dst.is_float and dst not in halves)
+        (src.is_int and src is not DType.bool and dst.is_float and dst not in halves) or \
+        (src.is_int and dst.is_int) or (dst is DType.bool and src is not DType.bf16) or \
+        (src is DType.bool and (dst.is_int or dst.is_float and dst not in halves))
 
 
 def _no_vector_code(e: Expr) -> str | None:

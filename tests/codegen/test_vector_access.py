@@ -416,3 +416,29 @@ def test_vector_tables_are_the_legality_analysis_ops() -> None:
     assert set(vector._UNARY) == VECTOR_UNARY
     assert set(vector._BINARY) == VECTOR_BINARY
     assert set(vmath.FUNCTIONS) == VECTOR_MATH
+
+
+CASTS = ["bool", "i8", "i32", "i64", "f32", "f64"]
+NUMPY = {"bool": np.bool_, "i8": np.int8, "i32": np.int32, "i64": np.int64, "f32": np.float32,
+         "f64": np.float64}
+
+
+@pytest.mark.parametrize("src,dst", [(s, d) for s in CASTS for d in CASTS
+                                     if s != d and not (s[0] == "f" and d[0] == "i")])
+def test_vector_casts_between_bools_ints_and_floats(src, dst) -> None:
+    """The casts among bool, integers and floats (not float to integer) are vector code,
+    and give what the scalar cast gives: nonzero (NaN too) is true, bool is 0 or 1,
+    integers wrap, sign- or zero-extend by the source."""
+    text = f"""kernel @c(%x: {src}[37], %y: {dst}[37]) {{
+  for %i = 0 to 37 vectorized {{ %y[%i] = {dst}(%x[%i]) }}
+}}"""
+    kernel = verify_kernel(parse_kernel(text))  # plan_vector accepts it
+    values = RNG.standard_normal(37) * 300
+    values[:4] = [0.0, -0.0, np.nan if src[0] == "f" else 1, 255]
+    x = values.astype(NUMPY[src]) if src[0] != "i" else values.astype(np.int64).astype(NUMPY[src])
+    y = np.zeros(37, NUMPY[dst])
+    jit = cpu.compile_module(kernel_module([kernel], name="c"), target=HOST)
+    jit.kernel("c", 2)(x.ctypes.data, y.ctypes.data)
+    with np.errstate(invalid="ignore"):
+        want = (x != 0) if dst == "bool" else x.astype(NUMPY[dst])
+    np.testing.assert_array_equal(y, want)

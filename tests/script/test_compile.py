@@ -132,3 +132,22 @@ def test_decorator_with_options_and_annotations():
     np.testing.assert_allclose(decorated_with_options(np.ones(3)), np.full(3, 4.0))
     assert isinstance(decorated_with_options.specializations()[0].executable, Executable)
     assert decorated_with_options.max_specializations == 4
+
+
+def test_calls_on_arrays_reuse_their_signatures_compile() -> None:
+    """Array-only calls find their compile by dtypes and shapes (the fast path), and an
+    evicted signature compiles again rather than running another's code."""
+    f = ember.script(_double_plus, max_specializations=2)
+    with pytest.warns(UserWarning, match="dropping the oldest"):
+        for shape in [(3,), (4,), (3,), (5,), (3,), (4,)]:  # (4,) is dropped at (5,)
+            x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+            np.testing.assert_array_equal(f(x), x * 2 + 1)
+    assert f.stats["calls"] == 6 and f.stats["hits"] == 2
+    assert f.stats["compiles"] == 4 and f.stats["evictions"] == 2
+    x = np.ones(3, np.float64)  # the shape of a compiled one, another dtype
+    with pytest.warns(UserWarning, match="dropping the oldest"):
+        assert f(x).dtype == np.float64 and f.stats["compiles"] == 5
+
+
+def _double_plus(x):
+    return x * 2 + 1

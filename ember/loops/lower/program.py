@@ -189,14 +189,20 @@ class _Lowerer:
             self.env[arg] = name
         inner = self.region(body)
         yielded = body.outputs
-        # Yields may be the carried values themselves (even swapped): read every yield
-        # (scan slices, the condition, staged carried values) before any carried is written.
+        # Yields may be the carried values themselves (even swapped): read every yield that
+        # is a carried buffer (scan slices, the condition, staged carried values) before any
+        # carried is written. A carried value yielded unchanged needs no copy, and one the
+        # body computed goes straight into its carried buffer.
         inner += [self.copy(self.env[v], s, counter)
                   for v, s in zip(yielded[1 + num_carried:], scans)]
-        staged = [self.new_buffer("next", v.type, "temp") for v in yielded[1:1 + num_carried]]
-        inner += [self.copy(self.env[v], s) for v, s in zip(yielded[1:1 + num_carried], staged)]
+        sources = [self.env[v] for v in yielded[1:1 + num_carried]]
+        staged = {k: self.new_buffer("next", v.type, "temp")
+                  for k, (v, src) in enumerate(zip(yielded[1:1 + num_carried], sources))
+                  if src in carried and src != carried[k]}
+        inner += [self.copy(sources[k], s) for k, s in staged.items()]
         inner += [self.copy(self.env[yielded[0]], cond)]
-        inner += [self.copy(s, c) for s, c in zip(staged, carried)]
+        inner += [self.copy(staged.get(k, src), c)
+                  for k, (src, c) in enumerate(zip(sources, carried)) if src != c]
         steps.append(ProgramLoop(self.env[trip], cond, counter, inner))
         for value, name in zip(op.results, carried + scans):
             self.env[value] = name
