@@ -6,13 +6,15 @@ runs: the supported parts are compiled, the rest falls back to eager, with one w
 naming the ops; `counters` shows how many graphs and ops fell back. With
 `options={"strict": True}` an unsupported op raises UnsupportedOpError instead;
 `options={"executor": "interp"}` runs the reference interpreter instead of compiled code
-(default: `Config()`: compiled, unless EMBER_BACKEND says otherwise).
+(default: `Config()`: compiled, unless EMBER_BACKEND says otherwise). A graph with
+symbolic sizes (Dynamo's answer to a shape change, `dynamic=True`, `mark_dynamic`) runs
+specialized on each call's sizes (`_Specializing`).
 """
 
 from __future__ import annotations
 
 import warnings
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -58,12 +60,89 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     config = Config(**options)
 
     def compile_forward(fx_module: torch.fx.GraphModule, inputs: Sequence[Any]):
+        if _symbolic(fx_module):
+            counters["dynamic_graphs"] += 1
+            return _boxed(_Specializing(fx_module, strict, config))
         compiled = _compile_graph(fx_module, inputs, strict, config)
         return _boxed(compiled)
 
     backend = aot_autograd(fw_compiler=compile_forward,
                            decompositions=core_aten_decompositions())
     return backend(gm, example_inputs)
+
+
+def _symbolic(gm: torch.fx.GraphModule) -> bool:
+    """Whether Dynamo gave `gm` symbolic sizes (a SymInt input, or a tensor of symbolic
+    shape): after a shape change, with `dynamic=True`, or `mark_dynamic`."""
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        val = node.meta.get("val")
+        if isinstance(val, torch.SymInt) or isinstance(val, torch.Tensor) and any(
+                not isinstance(d, int) for d in val.shape):
+            return True
+    return False
+
+
+# The most shapes one symbolic graph keeps compiled code for (then the oldest goes).
+MAX_SPECIALIZATIONS = 8
+
+
+class _Specializing:
+    """A graph with symbolic sizes, run by specializing it on each call's sizes: the
+    graph is traced again with the call's tensors (its SymInt inputs as the call's ints),
+    which gives static shapes, and compiled; later calls with the same sizes reuse that.
+    Compiled code per size, at most MAX_SPECIALIZATIONS of them (counted in `counters`:
+    "specializations", "evictions"). Symbolic shapes in Ember's IR are issue 22's."""
+
+    def __init__(self, gm: torch.fx.GraphModule, strict: bool, config: Config):
+        self.gm, self.strict, self.config = gm, strict, config
+        self.compiled: OrderedDict[tuple, tuple[Callable[..., Any], list[int]]] = OrderedDict()
+
+    def __call__(self, *args: Any) -> Any:
+        key = tuple(("int", a) if isinstance(a, int) else
+                    (tuple(a.shape), a.dtype, tuple(a.stride())) if isinstance(a, torch.Tensor)
+                    else ("other", type(a).__name__) for a in args)
+        entry = self.compiled.get(key)
+        if entry is None:
+            entry = self.specialize(args)
+            self.compiled[key] = entry
+            if len(self.compiled) > MAX_SPECIALIZATIONS:
+                self.compiled.popitem(last=False)
+                counters["evictions"] += 1
+        else:
+            self.compiled.move_to_end(key)
+        fn, tensor_positions = entry
+        return fn(*(args[i] for i in tensor_positions))
+
+    def specialize(self, args: Sequence[Any]) -> tuple[Callable[..., Any], list[int]]:
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        counters["specializations"] += 1
+        positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        values = list(args)
+
+        def on_tensors(*tensors):
+            for i, t in zip(positions, tensors):
+                values[i] = t
+            return self.gm(*values)
+
+        static = make_fx(on_tensors, tracing_mode="fake")(*(args[i] for i in positions))
+        # Sizes the graph returns (for AOT Autograd's bookkeeping) are constants now.
+        output = next(n for n in static.graph.nodes if n.op == "output")
+        items = list(output.args[0])
+        sizes = {k: v for k, v in enumerate(items) if not isinstance(v, torch.fx.Node)}
+        output.args = (tuple(v for v in items if isinstance(v, torch.fx.Node)),)
+        static.recompile()
+        compiled = _compile_graph(static, [args[i] for i in positions], self.strict,
+                                  self.config)
+        if not sizes:
+            return compiled, positions
+
+        def with_sizes(*tensors):
+            results = iter(compiled(*tensors))
+            return [sizes[k] if k in sizes else next(results) for k in range(len(items))]
+        return with_sizes, positions
 
 
 def _boxed(fn: Callable[..., Any]) -> Callable[..., Any]:
