@@ -3,11 +3,15 @@
 A compiled module specializes on the shapes and dtypes of its inputs and recompiles on a
 new signature, keeping the most recent `Config.max_specializations`. A module compiled
 before loads its code from the disk cache by its fingerprint, without being traced. Ops
-Ember does not support run in eager PyTorch (with a warning) unless `strict=True`.
+Ember does not support run in eager PyTorch (with a warning) unless `strict=True`. A
+module that torch.export cannot capture but that runs on the inputs (its output holds a
+transformers `DynamicCache`) is compiled through torch.compile with the ember backend
+instead, with one warning.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections import OrderedDict
 from typing import Any
@@ -18,7 +22,7 @@ from ember.api.torch_fallback import FallbackRunner
 from ember.api.torch_runner import GraphRunner
 from ember.config import Config
 from ember.driver.pipeline import load_cached
-from ember.errors import UnsupportedOpError
+from ember.errors import EmberError, UnsupportedOpError
 from ember.frontends.torch import export  # by module: tests count its capture_program calls
 from ember.frontends.torch.fingerprint import load_entry, module_fingerprint, store_entry
 
@@ -64,7 +68,18 @@ class CompiledModule:
         fingerprint = self._fingerprint(args, kwargs)
         if fingerprint is not None and (warm := self._warm(fingerprint)) is not None:
             return warm
-        program, spec = export.capture_program(self.module, args, kwargs)
+        try:
+            program, spec = export.capture_program(self.module, args, kwargs)
+        except UnsupportedOpError:
+            raise
+        except EmberError as e:
+            if self.strict or not self._runs_eagerly(args, kwargs):
+                raise  # (inputs the module itself refuses: the error says what failed)
+            # torch.export cannot take every model (a transformers decoder returns a
+            # DynamicCache): Dynamo captures what it can and runs the rest in Python.
+            warnings.warn(f"ember: {e}; compiling {type(self.module).__name__} through"
+                          " torch.compile (Dynamo) instead", stacklevel=3)
+            return _DynamoRunner(self.module, self.config)
         try:
             runner = GraphRunner(export.import_program(program), config=self.config)
         except UnsupportedOpError:
@@ -79,6 +94,14 @@ class CompiledModule:
         warnings.warn(f"ember: {type(self.module).__name__} runs {runner.describe()} in eager"
                       " PyTorch", stacklevel=3)
         return _ModuleRunner(runner, spec)
+
+    def _runs_eagerly(self, args: tuple, kwargs: dict) -> bool:
+        try:
+            with torch.no_grad():
+                self.module(*args, **kwargs)
+        except Exception:  # any failure of the module on these inputs
+            return False
+        return True
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         latest = self._latest_plain
@@ -144,3 +167,22 @@ class _ModuleRunner:
         if self._single_output:
             return outputs[0]
         return torch.utils._pytree.tree_unflatten(list(outputs), self.out_spec)
+
+
+class _DynamoRunner:
+    """A module that torch.export could not capture, compiled by torch.compile with the
+    ember backend: its outputs are the module's own, whatever their structure."""
+
+    def __init__(self, module: Any, config: Config):
+        from ember.api.torch_dynamo import ember_backend
+
+        options = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+        self.compiled = torch.compile(module, backend=lambda gm, inputs: ember_backend(
+            gm, inputs, options=options))
+
+    def __call__(self, args: tuple, kwargs: dict) -> Any:
+        with torch.no_grad():
+            return self.compiled(*args, **kwargs)
+
+    def run_plain(self, args: tuple) -> Any:
+        return None  # no fast path: the general call
