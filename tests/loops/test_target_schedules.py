@@ -274,4 +274,5 @@ def test_preset_gemm_rows_and_blocks_derive_from_its_caches(name) -> None:
     blocks = cache_blocks(target, mr, nr)
     assert blocks["kc"] == kc
     assert blocks["mc"] % mr == 0 and blocks["nc"] % nr == 0
-    assert matrix_tile(target, 1024, 4096) == GemmSchedule(mr=mr, nr=nr, **blocks)
+    assert matrix_tile(target, 1024, 4096) == GemmSchedule(mr=mr, nr=nr, parallel=target.cores,
+                                                            **blocks)

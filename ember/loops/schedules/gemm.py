@@ -117,6 +117,7 @@ class GemmSchedule:
     pack_a: bool | None = None  # copy A's blocks; None: when its term is more than a load
     # Split rows into groups until there are this many parallel tasks (each packs its own B
     # block: on one thread, 256^3 ran at 107, 100 and 95 GFLOP/s with 1, 4 and 8 tasks).
+    # matrix_tile asks for one a core.
     parallel: int = 4
 
     def __str__(self) -> str:
@@ -331,7 +332,11 @@ def matrix_tile(target: Target, rows: int | None = None,
     copied, or its rows are not apart in memory)."""
     nr = register_tile(target)[1]
     mr = tile_rows(target, rows, a_pitch)
-    return GemmSchedule(mr=mr, nr=nr, **cache_blocks(target, mr, nr))
+    # A task per core: each task packs its own B block, so tasks beyond the team repack B
+    # for nothing (256^3: 4 tasks 0.90x torch.matmul on 1 thread and 0.91x on 2; one a core
+    # 1.08x and 1.02x; docs/benchmarks.md).
+    return GemmSchedule(mr=mr, nr=nr, parallel=max(1, target.cores),
+                        **cache_blocks(target, mr, nr))
 
 
 # A block's rows and columns, about: each packed B panel serves MC_ROWS rows of tiles
