@@ -57,7 +57,11 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     """The torch.compile backend function (registered as the entry point `ember`)."""
     options = dict(options or {})
     strict = bool(options.pop("strict", False))
-    config = Config(**options)
+    return backend_with(Config(**options), strict)(gm, example_inputs)
+
+
+def backend_with(config: Config, strict: bool = False) -> Callable[..., Any]:
+    """A torch.compile backend that compiles with `config`."""
 
     def compile_forward(fx_module: torch.fx.GraphModule, inputs: Sequence[Any]):
         if _symbolic(fx_module):
@@ -66,9 +70,8 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
         compiled = _compile_graph(fx_module, inputs, strict, config)
         return _boxed(compiled)
 
-    backend = aot_autograd(fw_compiler=compile_forward,
-                           decompositions=core_aten_decompositions())
-    return backend(gm, example_inputs)
+    return aot_autograd(fw_compiler=compile_forward,
+                        decompositions=core_aten_decompositions())
 
 
 def _symbolic(gm: torch.fx.GraphModule) -> bool:

@@ -11,7 +11,6 @@ instead, with one warning.
 
 from __future__ import annotations
 
-import dataclasses
 import warnings
 from collections import OrderedDict
 from typing import Any
@@ -174,11 +173,9 @@ class _DynamoRunner:
     ember backend: its outputs are the module's own, whatever their structure."""
 
     def __init__(self, module: Any, config: Config):
-        from ember.api.torch_dynamo import ember_backend
+        from ember.api.torch_dynamo import backend_with
 
-        options = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
-        self.compiled = torch.compile(module, backend=lambda gm, inputs: ember_backend(
-            gm, inputs, options=options))
+        self.compiled = torch.compile(module, backend=backend_with(config))
 
     def __call__(self, args: tuple, kwargs: dict) -> Any:
         with torch.no_grad():

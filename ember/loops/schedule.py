@@ -245,18 +245,23 @@ class _Scheduling:
 def default_kernel_schedule(kernel: Kernel, target: Target) -> Schedule:
     """The default schedule of `kernel` (its indices simplified) on `target`, as
     primitives: transposes in blocks, parallel outer loops, vectorized inner ones."""
+    return Schedule(_default_scheduling(kernel, target).steps)
+
+
+def _default_scheduling(kernel: Kernel, target: Target) -> _Scheduling:
+    """The default schedule derived on `kernel`: its steps and the kernel they made (so
+    that a compile applies them once)."""
     scheduling = _Scheduling(kernel)
     _block_transposes(scheduling, target)
     _parallelize_nests(scheduling, MIN_PARALLEL_WORK)
     _vectorize_inner_loops(scheduling, target)
-    return Schedule(scheduling.steps)
+    return scheduling
 
 
 def schedule_kernel(kernel: Kernel, target: Target) -> Kernel:
     """`kernel` with its index arithmetic simplified by the loops' ranges (divisions that
     inlined reshapes leave) and the default schedule for `target` applied."""
-    simplified = simplify_kernel(kernel)
-    return default_kernel_schedule(simplified, target).apply(simplified)
+    return _default_scheduling(simplify_kernel(kernel), target).kernel
 
 
 def schedule_program(program: Program, target: Target, tuning: Tuning | None = None
@@ -269,15 +274,19 @@ def schedule_program(program: Program, target: Target, tuning: Tuning | None = N
     scheduled = []
     for kernel in program.kernels:
         simplified = simplify_kernel(kernel)
-        key, fingerprint = f"kernel/{kernel.name}", nest_fingerprint(simplified)
+        key = f"kernel/{kernel.name}"
+        fingerprint = nest_fingerprint(simplified) if tuning is not None else ""
         record = tuning.lookup(key) if tuning is not None else None
         schedule = _given_schedule(kernel.name, record, fingerprint) if record else None
-        if schedule is None:
-            schedule = default_kernel_schedule(simplified, target)
-        scheduled.append(schedule.apply(simplified))
+        if schedule is not None:
+            steps, result = schedule.steps, schedule.apply(simplified)
+        else:
+            derived = _default_scheduling(simplified, target)
+            steps, result = derived.steps, derived.kernel
+        scheduled.append(result)
         if tuning is not None:
             tuning.chosen[key] = {"nest": fingerprint,
-                                  "steps": [[s.name, *s.args] for s in schedule.steps]}
+                                  "steps": [[s.name, *s.args] for s in steps]}
     program.kernels = scheduled
     return program
 

@@ -76,27 +76,13 @@ def compare(name: str) -> Handler:
     return handle
 
 
-def reduction(name: str) -> Handler:
+def axis_reduction(emit: str, name: str) -> Handler:
+    """np.<f>(a, axis=None, keepdims=False), emitted by the ArrayOps method `emit`
+    (reduce, any_all, arg_reduce) with `name`."""
     def handle(ops, args, kwargs):
         x, axis, keepdims = _params(args, kwargs, ("a", "axis", "keepdims"),
                                     {"axis": None, "keepdims": False}, name)
-        return ops.reduce(name, x, axis, _const_bool(keepdims, "keepdims"))
-    return handle
-
-
-def truth_reduction(which: str) -> Handler:
-    def handle(ops, args, kwargs):
-        x, axis, keepdims = _params(args, kwargs, ("a", "axis", "keepdims"),
-                                    {"axis": None, "keepdims": False}, which)
-        return ops.any_all(which, x, axis, _const_bool(keepdims, "keepdims"))
-    return handle
-
-
-def arg_reduction(name: str) -> Handler:
-    def handle(ops, args, kwargs):
-        x, axis, keepdims = _params(args, kwargs, ("a", "axis", "keepdims"),
-                                    {"axis": None, "keepdims": False}, name)
-        return ops.arg_reduce(name, x, axis, _const_bool(keepdims, "keepdims"))
+        return getattr(ops, emit)(name, x, axis, _const_bool(keepdims, "keepdims"))
     return handle
 
 
@@ -217,12 +203,17 @@ NUMPY_NAMES: dict[str, Handler] = {
     "less_equal": compare("le"), "greater": compare("gt"), "greater_equal": compare("ge"),
     "divide": lambda ops, args, kwargs: ops.true_divide(*_params(args, kwargs, ("a", "b"), {},
                                                                  "np.divide")),
-    "sum": reduction("reduce_sum"), "prod": reduction("reduce_prod"),
-    "mean": reduction("reduce_mean"), "max": reduction("reduce_max"),
-    "amax": reduction("reduce_max"), "min": reduction("reduce_min"),
-    "amin": reduction("reduce_min"),
-    "any": truth_reduction("any"), "all": truth_reduction("all"),
-    "argmax": arg_reduction("argmax"), "argmin": arg_reduction("argmin"),
+    "sum": axis_reduction("reduce", "reduce_sum"),
+    "prod": axis_reduction("reduce", "reduce_prod"),
+    "mean": axis_reduction("reduce", "reduce_mean"),
+    "max": axis_reduction("reduce", "reduce_max"),
+    "amax": axis_reduction("reduce", "reduce_max"),
+    "min": axis_reduction("reduce", "reduce_min"),
+    "amin": axis_reduction("reduce", "reduce_min"),
+    "any": axis_reduction("any_all", "any"),
+    "all": axis_reduction("any_all", "all"),
+    "argmax": axis_reduction("arg_reduce", "argmax"),
+    "argmin": axis_reduction("arg_reduce", "argmin"),
     "where": _where, "concatenate": _concatenate, "stack": _stack, "clip": _clip,
     "square": _square, "matmul": _matmul, "dot": _matmul, "transpose": _transpose,
     "reshape": _reshape, "asarray": _asarray, "array": _asarray, "copy": _copy,

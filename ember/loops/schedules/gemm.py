@@ -209,8 +209,7 @@ def match_gemm(body: list[Stmt]) -> Gemm | None:
 
 def default_gemm_schedule(g: Gemm, target: Target) -> GemmSchedule:
     """The schedule a matmul gets on `target` (a tuned compile asks the database first)."""
-    folded = not _variables(g.b) & {n for n, _ in g.batch}  # as the builder folds them
-    rows = g.m * math.prod(e for _, e in g.batch) if folded else g.m
+    rows = g.m * math.prod(e for _, e in g.batch) if folds_batches(g) else g.m
     return default_tile(g.m, bool(g.batch), g.n, target, rows, a_row_pitch(g))
 
 
@@ -224,6 +223,11 @@ def default_tile(rows: int, batched: bool, n: int, target: Target,
     if matrix_vector(rows, batched) and n >= width:
         return GemmSchedule(mr=2, nr=width)
     return matrix_tile(target, matrix_rows or rows, a_pitch)
+
+
+def folds_batches(g: Gemm) -> bool:
+    """Whether the rows of every batch make one matrix: B does not depend on the batch."""
+    return not _variables(g.b) & {n for n, _ in g.batch}
 
 
 def a_row_pitch(g: Gemm) -> int | None:
@@ -388,8 +392,7 @@ class _Builder:
     def __init__(self, ctx, g: Gemm, s: GemmSchedule):
         self.ctx, self.g = ctx, g
         self.nbatch = math.prod(e for _, e in g.batch)
-        # Rows of every batch make one matrix when B does not depend on the batch.
-        self.fold = not _variables(g.b) & {n for n, _ in g.batch}
+        self.fold = folds_batches(g)
         self.rows = g.m * (self.nbatch if self.fold else 1)
         self.nb = 1 if self.fold else self.nbatch
         self.mr, self.nr = min(s.mr, self.rows), min(s.nr, g.n)
