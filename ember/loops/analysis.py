@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ember.dtypes import DType
+from ember.graph.ops.registry import get_opdef, has_op
 from ember.loops.ir import (
     INDEX,
     Binary,
@@ -522,3 +523,9 @@ def vector_plan_in(kernel: Kernel, s: For) -> VectorPlan | str:
     the lanes allowed, the kernel's buffers and locals as they are."""
     shapes = {b.name: b.shape for b in (*kernel.params, *kernel.locals)}
     return plan_vector(s, {b.name for b in kernel.locals}, shapes, reductions=True)
+
+
+def transcendental(e: Expr) -> bool:
+    """Whether `e` is a loop-IR unary op that is a graph op declared `transcendental` (the
+    loop IR names them alike): worth storing once rather than computing twice."""
+    return isinstance(e, Unary) and has_op(e.op) and "transcendental" in get_opdef(e.op).traits

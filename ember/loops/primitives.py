@@ -53,6 +53,7 @@ from ember.loops.ir import (
     walk_expr,
     walk_stmts,
 )
+from ember.loops.schedules.gemm import gemm
 from ember.loops.verify import verify_kernel
 
 # Locals live on the stack (an alloca per kernel); a cache past L2's size also buys nothing.
@@ -522,6 +523,9 @@ PRIMITIVES: dict[str, tuple[Callable[..., Kernel], tuple[str, ...]]] = {
     "tile": (tile, ("loop", "loop", "int", "int")),
     "cache_read": (cache_read, ("buffer", "loop")),
     "compute_at": (compute_at, ("loop", "loop")),
+    # A kernel class's composite step: the matmul nest of a loop blocked by a GemmSchedule
+    # (mr nr kc mc nc pack_a parallel; ember/loops/schedules/gemm.py).
+    "gemm": (gemm, ("loop", "int", "int", "int", "int", "int", "int", "int")),
 }
 _NAME = re.compile(r"[A-Za-z0-9_.$]+")  # a %name of the loop-IR text, without the %
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import warnings
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 from ember.dtypes import DType
 from ember.errors import ScheduleError, VerificationError
@@ -40,9 +40,11 @@ from ember.loops.ir import (
     walk_stmts,
 )
 from ember.loops.primitives import Schedule, Step, _split
+from ember.loops.schedules import gemm as gemm_schedules
 from ember.loops.simplify import simplify_kernel
 from ember.loops.text import print_kernel
-from ember.loops.tune.context import Tuning
+from ember.loops.tune.context import Tuning, chosen_gemm_schedule
+from ember.loops.tune.gemm import key_of
 from ember.loops.verify import verify_kernel
 from ember.target import Target
 
@@ -123,6 +125,28 @@ def _parallelize_nests(scheduling: _Scheduling, min_work: int) -> None:
                     break
                 continue
             break
+
+
+def _block_matmuls(scheduling: _Scheduling, target: Target, tuning: Tuning | None) -> None:
+    """Block each f32 matmul nest by its GemmSchedule: the session's (given back, or found
+    by a search), else the target's default (ember/loops/schedules/gemm.py)."""
+    for loop, g, chosen in _matmul_schedules(scheduling.kernel, target, tuning):
+        name, args = gemm_schedules.gemm_step(loop, gemm_schedules.fit_schedule(g, chosen,
+                                                                                target))
+        scheduling.apply(name, *args)
+
+
+def _matmul_schedules(kernel: Kernel, target: Target, tuning: Tuning | None) -> list:
+    """(outer loop, Gemm, GemmSchedule) of each matmul nest of `kernel`, each schedule
+    noted in `tuning.chosen` under its shape's key (to edit, or to tune)."""
+    found = []
+    for loop, g in gemm_schedules.matmul_nests(kernel):
+        chosen = chosen_gemm_schedule(g, tuning) or \
+            gemm_schedules.default_gemm_schedule(g, target)
+        if tuning is not None:
+            tuning.chosen[key_of(g)] = {"schedule": asdict(chosen)}
+        found.append((loop, g, chosen))
+    return found
 
 
 def transpose_block(target: Target) -> int:
@@ -248,10 +272,12 @@ def default_kernel_schedule(kernel: Kernel, target: Target) -> Schedule:
     return Schedule(_default_scheduling(kernel, target).steps)
 
 
-def _default_scheduling(kernel: Kernel, target: Target) -> _Scheduling:
+def _default_scheduling(kernel: Kernel, target: Target, tuning: Tuning | None = None
+                        ) -> _Scheduling:
     """The default schedule derived on `kernel`: its steps and the kernel they made (so
     that a compile applies them once)."""
     scheduling = _Scheduling(kernel)
+    _block_matmuls(scheduling, target, tuning)
     _block_transposes(scheduling, target)
     _parallelize_nests(scheduling, MIN_PARALLEL_WORK)
     _vectorize_inner_loops(scheduling, target)
@@ -275,13 +301,19 @@ def schedule_program(program: Program, target: Target, tuning: Tuning | None = N
     for kernel in program.kernels:
         simplified = simplify_kernel(kernel)
         key = f"kernel/{kernel.name}"
-        fingerprint = nest_fingerprint(simplified) if tuning is not None else ""
-        record = tuning.lookup(key) if tuning is not None else None
+        fingerprint = record = None
+        if tuning is not None:
+            # A kernel's steps are written for its nest and its matmuls' schedules: an
+            # edited matmul schedule (its record by shape) is then what the kernel gets.
+            matmuls = [asdict(chosen) for *_, chosen in
+                       _matmul_schedules(simplified, target, tuning)]
+            fingerprint = nest_fingerprint(simplified, matmuls)
+            record = tuning.lookup(key)
         schedule = _given_schedule(kernel.name, record, fingerprint) if record else None
         if schedule is not None:
             steps, result = schedule.steps, schedule.apply(simplified)
         else:
-            derived = _default_scheduling(simplified, target)
+            derived = _default_scheduling(simplified, target, tuning)
             steps, result = derived.steps, derived.kernel
         scheduled.append(result)
         if tuning is not None:
@@ -291,15 +323,17 @@ def schedule_program(program: Program, target: Target, tuning: Tuning | None = N
     return program
 
 
-def nest_fingerprint(kernel: Kernel) -> str:
-    """A short hash of `kernel`'s loop-IR text: which nest a schedule was written for."""
-    return hashlib.sha256(print_kernel(kernel).encode()).hexdigest()[:16]
+def nest_fingerprint(kernel: Kernel, matmuls: list[dict] | None = None) -> str:
+    """A short hash of `kernel`'s loop-IR text (and of its matmul nests' schedules): which
+    nest a schedule was written for."""
+    text = print_kernel(kernel) + (json.dumps(matmuls, sort_keys=True) if matmuls else "")
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _given_schedule(name: str, record: dict, fingerprint: str) -> Schedule | None:
     """The schedule of a record given back for kernel `name`, or None (with a warning)
-    when it was written for another loop nest: the lowering's parameters were edited too,
-    or the model or the compiler changed."""
+    when it was written for another loop nest: the lowering's parameters or a matmul's
+    schedule were edited too, or the model or the compiler changed."""
     if not isinstance(record, dict) or not isinstance(record.get("steps"), list):
         raise ScheduleError(f"the schedule given for kernel @{name} has no list of steps")
     if record.get("nest") != fingerprint:

@@ -31,6 +31,7 @@ import numpy as np
 from ember.dtypes import DType, from_numpy
 from ember.runtime.executable import Artifact, Interface, _aligned_empty
 from ember.runtime.memory_plan import MemoryPlan, align
+from ember.util.files import cache_dir
 
 log = logging.getLogger("ember.cache")
 
@@ -43,13 +44,6 @@ def code_file(index: int) -> str:
     return f"code{index}.o"
 
 
-def cache_dir() -> Path:
-    """The on-disk cache's root (EMBER_CACHE_DIR, else the XDG cache folder)."""
-    if os.environ.get("EMBER_CACHE_DIR"):
-        return Path(os.environ["EMBER_CACHE_DIR"]).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
-    return base / "ember"
 
 
 

@@ -1,4 +1,5 @@
-"""Files that readers never see half-written: the one atomic-write helper."""
+"""Files that readers never see half-written (the one atomic-write helper), and the folder
+Ember keeps its caches in."""
 
 from __future__ import annotations
 
@@ -21,3 +22,13 @@ def write_atomically(path: str | os.PathLike, data: str | bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def cache_dir() -> Path:
+    """The root of Ember's caches: EMBER_CACHE_DIR, else `$XDG_CACHE_HOME/ember`, else
+    `~/.cache/ember`."""
+    if os.environ.get("EMBER_CACHE_DIR"):
+        return Path(os.environ["EMBER_CACHE_DIR"]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
+    return base / "ember"

@@ -19,11 +19,17 @@ from ember.driver.pass_manager import run_passes
 from ember.graph.ops.linalg import unpack_matmul_weights
 from ember.graph.passes.fold import constant_value
 from ember.loops.lower import lower_graph
+from ember.loops.schedule import schedule_program
 from ember.loops.schedules import gemm
 from ember.loops.text import print_kernel
 from ember.target import Target
 
 HOST = Target.host()
+
+
+def scheduled_kernel(graph):
+    """The graph's first kernel, lowered and scheduled for the host."""
+    return schedule_program(lower_graph(graph, target=HOST), HOST).kernels[0]
 BACKEND = CpuBackend(HOST)
 
 
@@ -85,7 +91,7 @@ def test_the_schedule_reads_the_panels_in_place(x_shape) -> None:
     """No copy of B: the kernel's only locals are the register tile and the accumulator,
     and the micro-kernel loads a row of the tile's panel."""
     graph = packed_graph(matmul_graph(x_shape, data(256, 512)))
-    kernel = lower_graph(graph, target=HOST).kernels[0]
+    kernel = scheduled_kernel(graph)
     lanes = panel_width(x_shape, 512)
     assert [b.shape for b in kernel.locals if len(b.shape) == 3] == []
     text = print_kernel(kernel)
@@ -98,7 +104,7 @@ def test_a_narrower_tile_copies_the_panels(monkeypatch) -> None:
     narrow = gemm.GemmSchedule(mr=4, nr=8)
     monkeypatch.setattr(gemm, "default_gemm_schedule", lambda g, target: narrow)
     graph = matmul_graph((20, 256), data(256, 300) / 10)
-    kernel = lower_graph(packed_graph(graph), target=HOST).kernels[0]
+    kernel = scheduled_kernel(packed_graph(graph))
     assert any(len(b.shape) == 3 for b in kernel.locals)  # the copied panels
     check_compiled(graph, data(20, 256))
 

@@ -22,14 +22,17 @@ from ember import Builder, DType
 from ember.codegen import cpu
 from ember.codegen.llvm import kernel_module, program_module
 from ember.driver.pass_manager import run_passes
-from ember.errors import ParseError, VerificationError
+from ember.errors import ParseError, ScheduleError, VerificationError
 from ember.loops import interp
 from ember.loops.analysis import plan_vector
 from ember.loops.ir import Const, Fma, For, Kernel, Load, Store, Var, loads_in, walk_stmts
 from ember.loops.lower import lower_graph
 from ember.loops.lower.core import LowerContext
 from ember.loops.lower.ops.linalg import plain_matmul
+from ember.loops.primitives import Schedule, Step
+from ember.loops.schedule import schedule_program
 from ember.loops.schedules import gemm
+from ember.loops.simplify import simplify_kernel
 from ember.loops.text import parse_kernel, parse_program, print_kernel
 from ember.loops.verify import verify_kernel, verify_program
 from ember.runtime.memory_plan import plan_memory
@@ -63,13 +66,14 @@ def check_compiled(a_shape, b_shape, dtype="f32", rtol=1e-5) -> None:
 
 
 def kernel_of(graph) -> Kernel:
-    program = verify_program(lower_graph(graph, target=HOST))
+    """The graph's one kernel, lowered and scheduled."""
+    program = verify_program(schedule_program(lower_graph(graph, target=HOST), HOST))
     return program.kernels[0]
 
 
 @pytest.fixture
 def schedule(monkeypatch):
-    """Lower matmuls with the GemmSchedule given to the returned function."""
+    """Schedule matmuls with the GemmSchedule given to the returned function."""
     def use(**params) -> gemm.GemmSchedule:
         chosen = gemm.GemmSchedule(**params)
         monkeypatch.setattr(gemm, "default_gemm_schedule", lambda g, target: chosen)
@@ -234,7 +238,8 @@ def test_transcendental_epilogue_writes_rows_from_a_staging_tile(depth) -> None:
 def test_micro_kernel_is_vector_fma() -> None:
     if not {"avx2", "fma"} <= set(HOST.features):
         pytest.skip("the host has no AVX2 and FMA")
-    program = verify_program(lower_graph(matmul_graph((64, 64), (64, 64)), target=HOST))
+    program = verify_program(schedule_program(lower_graph(matmul_graph((64, 64), (64, 64)),
+                                                          target=HOST), HOST))
     plan = plan_memory(program)
     asm = cpu.assembly_text(program_module(program, plan), target=HOST)
     assert re.search(r"vfmadd\d+ps\s+[^\n]*%[yz]mm", asm)
@@ -398,3 +403,23 @@ def test_write_back_without_vector_code_is_a_serial_loop() -> None:
         writes = [s for s in walk_stmts(kernel.body) if isinstance(s, For) and
                   any(isinstance(t, Store) and t.buffer == "y0" for t in s.body)]
         assert writes and all(s.kind == "serial" for s in writes)
+
+
+def test_gemm_is_a_primitive() -> None:
+    """The matmul schedule is one step of a kernel's schedule: printed, parsed back and
+    replayed it gives the same kernel; a loop that heads no matmul nest is refused."""
+    program = lower_graph(matmul_graph((7, 13), (13, 5)), target=HOST)
+    plain = simplify_kernel(program.kernels[0])
+    chosen = gemm.GemmSchedule(mr=3, nr=4, kc=8, mc=6, nc=8, pack_a=True, parallel=2)
+    step = Step(*gemm.gemm_step("i0", chosen))
+    text = str(Schedule([step]))
+    assert text == "gemm i0 3 4 8 6 8 1 2\n"
+    replayed = Schedule.parse(text).apply(plain)
+    assert print_kernel(replayed) == print_kernel(step.apply(plain))
+    assert (3, 4) in [b.shape for b in replayed.locals]  # the register tile
+    program.kernels = [replayed]
+    x, y = data((7, 13)), data((13, 5))
+    np.testing.assert_allclose(interp.run_program(program, [x, y])[0], x @ y, rtol=1e-5,
+                               atol=1e-5)
+    with pytest.raises(ScheduleError, match="not the outermost loop of an f32 matmul"):
+        Step(*gemm.gemm_step("i1", chosen)).apply(plain)

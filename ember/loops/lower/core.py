@@ -10,29 +10,23 @@ y1, ...), using the helpers below: most ops say what the value at an output inde
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Any
 
 from ember.dtypes import DType
 from ember.errors import UnsupportedOpError
 from ember.graph.ir import Op
-from ember.loops.analysis import vector_plan_in
 from ember.loops.ir import (
     INDEX,
     Buffer,
     Const,
     Expr,
     For,
-    If,
-    Kernel,
     Load,
     Stmt,
     Store,
     Var,
     const,
-    walk_stmts,
 )
-from ember.loops.simplify import simplify_kernel
 from ember.loops.tune.context import Tuning
 from ember.loops.tune.knobs import KnobValues
 from ember.target import Target
@@ -139,33 +133,6 @@ class LowerContext:
             return [Store(buffer.name, tuple(index), value(index))]
 
         return self.nest(buffer.shape, body)
-
-
-def serial_unless_vectorizable(kernel: Kernel) -> Kernel:
-    """`kernel` with each `vectorized` loop that cannot run on lanes once its indices are
-    simplified (`plan_vector`) made serial, as code generation ran it when it decided:
-    loops that lowerings mark for lanes whose bodies have no vector code (a bf16
-    write-back, a one-column GEMM tile's store, a padded conv's lane-varying divisions,
-    Winograd's several stores per tile). The verifier rejects any other such loop."""
-    simplified = simplify_kernel(kernel)  # what the schedule and code generation see
-    loops = zip(walk_stmts(kernel.body), walk_stmts(simplified.body))
-    serial = {id(s) for s, t in loops if isinstance(s, For) and s.kind == "vectorized"
-              and isinstance(vector_plan_in(simplified, t), str)}
-    if not serial:
-        return kernel
-
-    def rebuild(stmts: list[Stmt]) -> list[Stmt]:
-        out: list[Stmt] = []
-        for s in stmts:
-            if isinstance(s, For):
-                s = replace(s, body=rebuild(s.body),
-                            kind="serial" if id(s) in serial else s.kind)
-            elif isinstance(s, If):
-                s = replace(s, then=rebuild(s.then), orelse=rebuild(s.orelse))
-            out.append(s)
-        return out
-
-    return replace(kernel, body=rebuild(kernel.body))
 
 
 def _expr(e: Expr | int) -> Expr:

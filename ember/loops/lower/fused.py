@@ -28,7 +28,7 @@ from dataclasses import replace
 from ember.errors import UnsupportedOpError
 from ember.graph.fusion.policy import FusionPlan, Refusal, classify, inlinable, reachable_from
 from ember.graph.ir import Graph, Op, Value
-from ember.graph.ops.registry import get_opdef, has_op
+from ember.loops.analysis import transcendental
 from ember.loops.ir import (
     Binary,
     Buffer,
@@ -39,7 +39,6 @@ from ember.loops.ir import (
     Load,
     Stmt,
     Store,
-    Unary,
     Var,
     const,
     loads_in,
@@ -51,12 +50,6 @@ from ember.loops.lower.core import LowerContext, find_lowering
 from ember.loops.lower.ops.reduce import COMBINE, identity, narrow, widen
 
 Source = Callable[[Sequence[Expr]], Expr]
-
-
-def transcendental(e: Expr) -> bool:
-    """Whether `e` is a loop-IR unary op that is a graph op declared `transcendental` (the
-    loop IR names them alike): worth storing once rather than computing twice."""
-    return isinstance(e, Unary) and has_op(e.op) and "transcendental" in get_opdef(e.op).traits
 
 
 class _OpContext(LowerContext):

@@ -26,8 +26,9 @@ from ember.loops.ir import (
     Store,
     Var,
 )
-from ember.loops.lower.core import LowerContext, find_lowering, serial_unless_vectorizable
+from ember.loops.lower.core import LowerContext, find_lowering
 from ember.loops.lower.fused import lower_fused
+from ember.loops.schedules.lanes import serial_unless_vectorizable
 from ember.loops.tune.context import Tuning
 from ember.loops.tune.knobs import KnobValues, tuned_kernel
 from ember.target import Target

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from ember.dtypes import DType
 from ember.loops.analysis import MAX_LOAD_STRIDE
 from ember.loops.ir import Binary, Const, Expr, Select, Stmt, Store, Var, binary
-from ember.loops.schedules.gemm import Gemm, GemmSchedule, apply_gemm, conv_tile
+from ember.loops.schedules.gemm import Gemm, GemmSchedule, apply_gemm, conv_tile, fit_schedule
 from ember.loops.schedules.params import Parameters, chosen
 from ember.loops.windows import all_of, window_position
 from ember.target import Target
@@ -190,9 +190,9 @@ def schedule_conv_gemm(ctx, conv: ConvAsGemm) -> list[Stmt]:
     direct = taps == 1 and not conv.padded and all(s_ == 1 for s_ in strides)
     segments = not conv.padded and strides[1] <= MAX_LOAD_STRIDE
     gemm = Gemm(((n.name, nb),), conv.m.name, g.channels_out, conv.p.name, oh_n * ow_n,
-                k.name, g.channels_in * taps, conv.a, conv.b, conv.acc, conv.store,
+                k.name, g.channels_in * taps, conv.a, conv.b, conv.acc, (conv.store,),
                 None if direct else b_segments if segments else b_panel,
                 b_direct if not direct and strides[1] == 1 and ow_n >= schedule.nr else None,
                 b_rows_contiguous=direct)
-    return apply_gemm(ctx, gemm, schedule)
+    return apply_gemm(ctx, gemm, fit_schedule(gemm, schedule, ctx.target))
 

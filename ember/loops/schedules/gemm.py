@@ -37,7 +37,10 @@ the write-back masks the columns past N, where B's panels hold zeros.
 The schedule is data, a `GemmSchedule`: the tile (mr x nr), the most k per pass (kc), the
 most rows and columns per block (mc, nc), whether to copy A, and how many parallel tasks
 to aim for. Blocks shrink to the problem and to the stack budgets below (packed blocks are
-locals, on each thread's stack). The nest above is its primitives applied in order: tile
+locals, on each thread's stack: `fit_schedule` cuts them to the target's budgets). The
+scheduling stage applies it as one step of the kernel's schedule, the primitive
+`gemm <outer loop> mr nr kc mc nc pack_a parallel`, which prints, is written out and
+replays like the others. The nest above is its primitives applied in order: tile
 the output by mr x nr, block rows by mc and columns by nc, pack B per block, reorder the
 k loop inside the tile, unroll %ii, vectorize %jj, fuse the batch, column-block and
 row-group loops into one and make it parallel.
@@ -66,17 +69,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ember.dtypes import DType
+from ember.errors import ScheduleError
+from ember.loops.analysis import transcendental
 from ember.loops.ir import (
     Binary,
+    Buffer,
     Const,
     Expr,
     Fma,
     For,
     If,
+    Kernel,
     Load,
     Select,
     Stmt,
@@ -88,6 +96,9 @@ from ember.loops.ir import (
     substitute,
     walk_expr,
 )
+from ember.loops.schedules.lanes import serial_unless_vectorizable
+from ember.loops.simplify import simplify_kernel
+from ember.loops.verify import verify_kernel
 from ember.target import Target
 
 F32 = DType.f32
@@ -140,7 +151,9 @@ class Gemm:
     a: Expr
     b: Expr
     acc: str  # the scalar accumulator of the plain nest
-    store: Store  # the plain nest's store of the result; its value reads %acc
+    # The plain nest's statements after the sum, at the element's index: they read %acc
+    # (the store of the result, or a fused epilogue's scalar and stores).
+    result: tuple[Stmt, ...]
     # B's packing, when the operand has a cheaper form per panel than `b` (a conv's im2col
     # gathers x with div/mod on the column): b_panel(values, col0, jj) is B at column
     # col0 + jj, with `values` the batch and k variables' expressions, col0 uniform and jj
@@ -165,10 +178,12 @@ def _variables(e: Expr) -> set[str]:
     return {x.name for x in walk_expr(e) if isinstance(x, Var)}
 
 
-def match_gemm(body: list[Stmt]) -> Gemm | None:
+def match_gemm(body: list[Stmt], shapes: dict[str, tuple[int, ...]] | None = None
+               ) -> Gemm | None:
     """The matmul computed by `body` when it has the plain lowering's shape: a perfect nest
     over the output (batch dims, then the row if A is a matrix, then the column if B is),
-    around acc = 0; for k { acc = add(acc, mul(a, b)) }; out[index] = f(acc)."""
+    around acc = 0; for k { acc = add(acc, mul(a, b)) }; out[index] = f(acc) (or a fused
+    epilogue's stores at the index). `shapes`: the buffers' shapes, when known."""
     loops: list[For] = []
     while len(body) == 1 and isinstance(body[0], For):
         loop = body[0]
@@ -176,12 +191,11 @@ def match_gemm(body: list[Stmt]) -> Gemm | None:
             return None
         loops.append(loop)
         body = loop.body
-    if len(body) != 3:
+    if len(body) < 3:
         return None
-    init, reduce, store = body
+    init, reduce, *result = body
     if not (isinstance(init, Store) and init.index == () and init.value == const(0, F32)
-            and isinstance(reduce, For) and isinstance(store, Store)
-            and reduce.start == Const(0) and reduce.step == 1
+            and isinstance(reduce, For) and reduce.start == Const(0) and reduce.step == 1
             and isinstance(reduce.stop, Const) and len(reduce.body) == 1):
         return None
     acc, step = init.buffer, reduce.body[0]
@@ -193,7 +207,7 @@ def match_gemm(body: list[Stmt]) -> Gemm | None:
         return None
     a, b = term.b.a, term.b.b
     names = [loop.var.name for loop in loops]
-    if store.index != tuple(loop.var for loop in loops) or store.buffer == acc or any(
+    if not _element_result(result, acc, tuple(loop.var for loop in loops)) or any(
             isinstance(x, Load) and x.buffer == acc for e in (a, b) for x in walk_expr(e)):
         return None
     in_a, in_b, rest = _variables(a), _variables(b), list(names)
@@ -204,7 +218,32 @@ def match_gemm(body: list[Stmt]) -> Gemm | None:
         return None
     extent = {loop.var.name: int(loop.stop.value) for loop in loops}
     return Gemm(tuple((n, extent[n]) for n in rest), row, extent.get(row, 1), col,
-                extent.get(col, 1), k, int(reduce.stop.value), a, b, acc, store)
+                extent.get(col, 1), k, int(reduce.stop.value), a, b, acc, tuple(result),
+                b_panels=_panel_width(b, k, col, shapes))
+
+
+def _element_result(result: list[Stmt], acc: str, index: tuple[Var, ...]) -> bool:
+    """Whether `result` writes the sum in %acc per output element: stores at the nest's
+    index, or into scalars that later ones read (a fused epilogue), none into %acc."""
+    return any(s.index for s in result if isinstance(s, Store)) and all(
+        isinstance(s, Store) and s.buffer != acc and s.index in ((), index) for s in result)
+
+
+def _panel_width(b: Expr, k: str, col: str | None,
+                 shapes: dict[str, tuple[int, ...]] | None) -> int | None:
+    """L when B is read from panels of L columns, wp[col // L, k, col % L] (a
+    packed_matmul's weights; wp[0, k, col] when N fits one panel), else None."""
+    if not (isinstance(b, Load) and len(b.index) == 3 and col is not None
+            and b.index[1] == Var(k)):
+        return None
+    panel, _, lane = b.index
+    shape = shapes.get(b.buffer) if shapes else None
+    if panel == Const(0) and lane == Var(col) and shape is not None and shape[0] == 1:
+        return shape[2]  # col // L and col % L simplified away by col's range
+    if isinstance(panel, Binary) and panel.op == "floordiv" and panel.a == Var(col) and \
+            isinstance(panel.b, Const) and lane == binary("mod", Var(col), panel.b):
+        return int(panel.b.value)
+    return None
 
 
 def default_gemm_schedule(g: Gemm, target: Target) -> GemmSchedule:
@@ -398,8 +437,9 @@ class _Builder:
         self.mr, self.nr = min(s.mr, self.rows), min(s.nr, g.n)
         self.npc = _ceil(g.depth, s.kc)
         self.kc = _ceil(g.depth, self.npc)
-        # Packed blocks are locals, on the stack of each thread: they get a budget.
-        widest = max(self.nr, packed_b_bytes(ctx.target) // (4 * self.kc) // self.nr * self.nr)
+        # Packed blocks are locals, on the stack of each thread: `fit_schedule` cuts them
+        # to the target's budgets; these caps hold on any target.
+        widest = max(self.nr, MOST_PACKED_B_BYTES // (4 * self.kc) // self.nr * self.nr)
         self.njc = _ceil(g.n, min(s.nc, widest))
         self.work = self.nbatch * g.m * g.n * g.depth
         matvec = matrix_vector(g.m, bool(g.batch))
@@ -418,7 +458,7 @@ class _Builder:
         self.ncp = _ceil(_ceil(g.n, self.njc), self.nr)  # panels per column block
         self.nc = self.ncp * self.nr
         self.njc = _ceil(g.n, self.nc)  # fewer when rounding up to panels made blocks wider
-        tallest = max(1, packed_a_bytes(ctx.target) // (4 * self.kc) // self.mr)
+        tallest = max(1, MOST_PACKED_A_BYTES // (4 * self.kc) // self.mr)
         self.mcp = min(max(1, s.mc // self.mr), tallest, _ceil(self.rows, self.mr))
         self.mc = self.mcp * self.mr
         # Row groups: the tiles split evenly, into enough groups for `parallel` tasks, and
@@ -438,7 +478,9 @@ class _Builder:
         # than registers: it spills. The tile goes to a staging buffer, and the stores run
         # a row at a time from there (linear 128x768x3072 + GELU on 1 thread: 6.03 -> 5.65
         # ms, 5.45 without the GELU).
-        self.stage = ctx.local(F32, (self.mr, self.nr)) if ctx.heavy_epilogue else None
+        heavy = getattr(ctx, "heavy_epilogue", False) or any(
+            transcendental(x) for st in g.result for x in walk_expr(st.value))
+        self.stage = ctx.local(F32, (self.mr, self.nr)) if heavy else None
         # One tile of rows uses each element of B once: packing would only copy it.
         self.b_in_panels = g.b_panels == self.nr and isinstance(g.b, Load)
         # A short panel of contiguous rows read by few row tiles is read in place: it stays
@@ -678,12 +720,16 @@ class _Builder:
             updates = [If(full, [update(False)], [update(True)])]
 
         def result(ii, jj, tile: str = acc) -> list[Stmt]:
-            """The nest's store of the sum in `tile` at (ii, jj)."""
+            """The nest's statements after the sum, for the sum in `tile` at (ii, jj)."""
             values = self.values(batch, row + ii, None, col + jj)
-            value = map_expr(g.store.value, lambda x: Load(tile, (ii, jj), F32)
-                             if isinstance(x, Load) and x.buffer == g.acc else None)
-            return [Store(g.store.buffer, tuple(substitute(i, values) for i in g.store.index),
-                          substitute(value, values))]
+
+            def at(e: Expr) -> Expr:
+                return substitute(map_expr(e, lambda x: Load(tile, (ii, jj), F32) if
+                                           isinstance(x, Load) and x.buffer == g.acc
+                                           else None), values)
+
+            return [Store(s.buffer, tuple(at(i) for i in s.index), at(s.value))
+                    for s in g.result]
 
         rows, cols = _min(self.mr, Const(self.rows) - row), _min(self.nr, Const(g.n) - col)
         if self.stage is None:
@@ -701,30 +747,89 @@ class _Builder:
 
 
 def apply_gemm(ctx, g: Gemm, schedule: GemmSchedule) -> list[Stmt]:
-    """The scheduled nest of matmul `g`; `ctx` (a LowerContext) makes its variables and
-    locals."""
+    """The scheduled nest of matmul `g`; `ctx` makes its variables and locals (`var(hint)`,
+    `local(dtype, shape)`)."""
     return _Builder(ctx, g, schedule).build()
 
 
-def schedule_matmul(ctx, body: list[Stmt], schedule: GemmSchedule | None = None,
-                    b_panels: int | None = None) -> list[Stmt]:
-    """`body` (a plain matmul nest) blocked by `schedule` (default: the tuned one when a tuned
-    compile is lowering, ember/loops/tune; else `default_gemm_schedule`), or unchanged when
-    it is not an f32-accumulating matmul with work in it. `b_panels`: B's panel width when
-    its operand is packed (`Gemm.b_panels`)."""
-    g = match_gemm(body)
-    if g is None or g.m * g.n * g.depth == 0 or any(e == 0 for _, e in g.batch):
-        return body
-    if b_panels is not None:
-        g = dataclasses.replace(g, b_panels=b_panels)
-    if g.a.dtype is not F32 or g.b.dtype is not F32:
-        return body
-    from ember.loops.tune.context import chosen_gemm_schedule
+def fit_schedule(g: Gemm, s: GemmSchedule, target: Target) -> GemmSchedule:
+    """`s` as matmul `g` runs it on `target`: tiles no larger than the problem, k passes of
+    equal depth, A's copy decided, and the packed blocks (locals, on each thread's stack)
+    cut to the target's budgets. What a kernel's schedule records as its `gemm` step."""
+    rows = g.m * (math.prod(e for _, e in g.batch) if folds_batches(g) else 1)
+    mr, nr = min(s.mr, rows), min(s.nr, g.n)
+    kc = _ceil(g.depth, _ceil(g.depth, s.kc))
+    widest = max(nr, packed_b_bytes(target) // (4 * kc) // nr * nr)
+    tallest = max(1, packed_a_bytes(target) // (4 * kc) // mr)
+    pack_a = s.pack_a if s.pack_a is not None else not isinstance(g.a, Load)
+    return GemmSchedule(mr, nr, kc, min(s.mc, tallest * mr), min(s.nc, widest), pack_a,
+                        s.parallel)
 
-    chosen = schedule or chosen_gemm_schedule(g, ctx.tuning) or \
-        default_gemm_schedule(g, ctx.target)
-    if ctx.tuning is not None:  # the model's schedules, as given back or written out
-        from ember.loops.tune.gemm import key_of
 
-        ctx.tuning.chosen[key_of(g)] = {"schedule": dataclasses.asdict(chosen)}
-    return apply_gemm(ctx, g, chosen)
+def matmul_nests(kernel: Kernel) -> list[tuple[str, Gemm]]:
+    """The top-level nests of `kernel` that are f32 matmuls with work in them, each with
+    its outermost loop's name: what the `gemm` step schedules."""
+    shapes = {b.name: b.shape for b in (*kernel.params, *kernel.locals)}
+    found = []
+    for top in kernel.body:
+        g = match_gemm([top], shapes) if isinstance(top, For) else None
+        if g is not None and g.m * g.n * g.depth and all(e for _, e in g.batch) and \
+                g.a.dtype is F32 and g.b.dtype is F32:
+            found.append((top.var.name, g))
+    return found
+
+
+def gemm_step(loop: str, s: GemmSchedule) -> tuple[str, tuple]:
+    """The `gemm` step (name, arguments) that schedules the nest of `loop` by `s`."""
+    return "gemm", (loop, s.mr, s.nr, s.kc, s.mc, s.nc, int(bool(s.pack_a)), s.parallel)
+
+
+def gemm(kernel: Kernel, loop: str, mr: int, nr: int, kc: int, mc: int, nc: int,
+         pack_a: int, parallel: int) -> Kernel:
+    """The schedule primitive: the matmul nest of `loop` (a top-level loop of `kernel`)
+    blocked by this GemmSchedule, its index arithmetic simplified."""
+    top = next((s for s in kernel.body if isinstance(s, For) and s.var.name == loop), None)
+    g = dict(matmul_nests(kernel)).get(loop)
+    if top is None or g is None:
+        raise ScheduleError(f"kernel @{kernel.name}: %{loop} is not the outermost loop of an"
+                            " f32 matmul nest")
+    if min(mr, nr, kc, mc, nc, parallel) < 1:
+        raise ScheduleError(f"kernel @{kernel.name}: gemm %{loop}: tile and block sizes and"
+                            " the task count must be positive")
+    names = _Names(kernel)
+    body = apply_gemm(names, g, GemmSchedule(mr, nr, kc, mc, nc, bool(pack_a), parallel))
+    at = kernel.body.index(top)
+    scheduled = dataclasses.replace(kernel, body=[*kernel.body[:at], *body,
+                                                  *kernel.body[at + 1:]],
+                                    locals=[*kernel.locals, *names.locals])
+    # A one-column tile's write-back has no vector code: its loop runs serially.
+    return verify_kernel(simplify_kernel(serial_unless_vectorizable(scheduled)))
+
+
+class _Names:
+    """Fresh loop variables and locals for a nest built into `kernel`, numbered on from
+    its own as its lowering numbers them (`i2` -> `task3`; locals `t<n>`)."""
+
+    def __init__(self, kernel: Kernel):
+        self.taken = {b.name for b in (*kernel.params, *kernel.locals)}
+        loops = [s.var.name for s in kernel.walk() if isinstance(s, For)]
+        self.taken |= set(loops)
+        numbers = [int(m.group()) for name in loops if (m := re.search(r"\d+$", name))]
+        self.next = max(numbers, default=-1) + 1
+        self.first_local = len(kernel.locals)
+        self.locals: list[Buffer] = []
+
+    def var(self, hint: str) -> Var:
+        while f"{hint}{self.next}" in self.taken:
+            self.next += 1
+        self.next += 1
+        return Var(f"{hint}{self.next - 1}")
+
+    def local(self, dtype: DType, shape=()) -> Buffer:
+        n = self.first_local + len(self.locals)
+        while f"t{n}" in self.taken:
+            n += 1
+        buffer = Buffer(f"t{n}", dtype, tuple(shape))
+        self.taken.add(buffer.name)
+        self.locals.append(buffer)
+        return buffer

@@ -5,8 +5,11 @@ that sizes a group of register-held vectors."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
-from ember.loops.ir import Const, Expr, For, Stmt, Var, binary
+from ember.loops.analysis import vector_plan_in
+from ember.loops.ir import Const, Expr, For, If, Kernel, Stmt, Var, binary, walk_stmts
+from ember.loops.simplify import simplify_kernel
 
 
 def vector_loop(ctx, count: Expr | int, body: Callable[[Var], list[Stmt]]) -> For:
@@ -33,3 +36,30 @@ def lane_chunks(ctx, total: int, lanes: int, body: Callable[[Expr], list[Stmt]])
 def largest_divisor(n: int, most: int) -> int:
     """The largest divisor of `n` that is at most `most` (at least 1)."""
     return max(d for d in range(1, max(1, most) + 1) if n % d == 0)
+
+
+def serial_unless_vectorizable(kernel: Kernel) -> Kernel:
+    """`kernel` with each `vectorized` loop that cannot run on lanes once its indices are
+    simplified (`plan_vector`) made serial, as code generation ran it when it decided:
+    loops that lowerings mark for lanes whose bodies have no vector code (a bf16
+    write-back, a one-column GEMM tile's store, a padded conv's lane-varying divisions,
+    Winograd's several stores per tile). The verifier rejects any other such loop."""
+    simplified = simplify_kernel(kernel)  # what the schedule and code generation see
+    loops = zip(walk_stmts(kernel.body), walk_stmts(simplified.body))
+    serial = {id(s) for s, t in loops if isinstance(s, For) and s.kind == "vectorized"
+              and isinstance(vector_plan_in(simplified, t), str)}
+    if not serial:
+        return kernel
+
+    def rebuild(stmts: list[Stmt]) -> list[Stmt]:
+        out: list[Stmt] = []
+        for s in stmts:
+            if isinstance(s, For):
+                s = replace(s, body=rebuild(s.body),
+                            kind="serial" if id(s) in serial else s.kind)
+            elif isinstance(s, If):
+                s = replace(s, then=rebuild(s.then), orelse=rebuild(s.orelse))
+            out.append(s)
+        return out
+
+    return replace(kernel, body=rebuild(kernel.body))

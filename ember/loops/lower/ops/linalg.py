@@ -1,7 +1,7 @@
 """Lowerings of `matmul`, `conv` and `conv_transpose`: for each output element, a sum of
 products accumulated in a local scalar of the compute type (f32 for halves, the dtype
 otherwise, so integer sums wrap like the reference), rounded once at the store. Matmul's
-plain nest is then blocked by its schedule (ember/loops/schedules/gemm.py).
+plain nest is the algorithm: the scheduling stage blocks it (ember/loops/schedules/gemm.py).
 
 Windowed reads that can fall into the padding sit under an `If` on the input position, so
 no kernel reads out of bounds; the checks are left out on axes that cannot leave the input.
@@ -22,7 +22,6 @@ from ember.loops.ir import Binary, Cast, Const, Expr, If, Load, Select, Stmt, St
 from ember.loops.lower.core import LowerContext, lowering
 from ember.loops.schedules.conv import Conv2d, ConvAsGemm, ConvTerms, schedule_conv_gemm
 from ember.loops.schedules.depthwise import schedule_depthwise_conv
-from ember.loops.schedules.gemm import schedule_matmul
 from ember.loops.schedules.packed_conv import schedule_packed_conv
 from ember.loops.windows import all_of, position_checks, window_checks, window_position
 
@@ -77,15 +76,9 @@ def batch_index(shape: Sequence[int], batch: Sequence[Expr]) -> list[Expr]:
 
 
 @lowering("matmul")
-def matmul(ctx: LowerContext):
-    """The plain nest (the algorithm), blocked by the matmul schedule (a no-op for integer
-    and f64 matmuls, which keep the plain nest)."""
-    return schedule_matmul(ctx, plain_matmul(ctx))
-
-
 def plain_matmul(ctx: LowerContext) -> list[Stmt]:
-    """For each output element: acc = 0; acc += a * b over k; store (ember/loops/schedules/
-    gemm.py matches this shape)."""
+    """For each output element: acc = 0; acc += a * b over k; store (the scheduling stage
+    finds this shape, `match_gemm`, and blocks f32 matmuls; others keep the plain nest)."""
     a, b = ctx.inputs
     out = ctx.outputs[0]
     depth = a.shape[-1]
@@ -132,7 +125,7 @@ def packed_matmul(ctx: LowerContext) -> list[Stmt]:
         return reduce_into(ctx, acc, lambda v: store_result(ctx, index, v), zero,
                            [x.shape[-1]], term)
 
-    return schedule_matmul(ctx, ctx.nest(ctx.outputs[0].shape, element), b_panels=lanes)
+    return ctx.nest(ctx.outputs[0].shape, element)
 
 
 # -- conv ---------------------------------------------------------------------------------
