@@ -11,7 +11,8 @@ resolves a config's target once (`ember.driver.pipeline.resolve`) and passes it 
 
 The host is described from what its processor reports, never from its name (LLVM names
 some machines after a sibling): features decide the vector width and registers, the
-nearest preset by ISA decides what features cannot tell (FMA units and latency), and the
+nearest preset by ISA gives the FMA latency, a probe measures the FMA units (features do
+not tell them: Xeons of one ISA have one or two; kept in the cache folder), and the
 kernel's cache and CPU lists give cache sizes and cores.
 """
 
@@ -231,8 +232,9 @@ def _host() -> Target:
     else:  # AArch64's NEON (SVE's longer vectors are not used yet)
         bits, registers = 128, 32
     near = nearest_preset(triple, features)
-    fma_units = near.fma_units if near and near.vector_bits == bits else 1
     fma_latency = near.fma_latency if near else 4
+    fma_units = _fma_units(triple, features, bits, fma_latency,
+                           near.fma_units if near and near.vector_bits == bits else 1)
     data = _data_caches()
     caches = {level: size for level, (size, _) in data.items()}
     ways = data.get(1, (0, 0))[1] or (near.l1d_ways if near else 8)
@@ -243,3 +245,108 @@ def _host() -> Target:
                   caches.get(3, near.l3_bytes if near else 0), usable_cores(),
                   disabled=tuple(sorted(name for name, on in reported.items() if not on)),
                   l1d_ways=ways)
+
+
+# The probe's FMAs per loop iteration: one chain of this many, or this many chains of one
+# (enough chains to keep four FMA units of latency four busy).
+_PROBE_CHAINS = 16
+
+
+def _fma_units(triple: str, features: set[str], bits: int, latency: int, fallback: int
+               ) -> int:
+    """The host's vector FMA units, which its features do not tell (a Xeon has one or two
+    512-bit units by model; Zen 4 one): FMAs in flight, measured, over the latency.
+    Measured once per machine and kept in the cache folder, so that every process (and so
+    every cache key) sees the same figure; `fallback` where it cannot be measured."""
+    import json
+
+    from ember.util.files import cache_dir, write_atomically
+
+    key = [triple, _llvm_host_cpu(), bits, sorted(features)]
+    path = cache_dir() / "host-target.json"
+    try:
+        saved = json.loads(path.read_text())
+        if saved.get("key") == key:
+            return int(saved["fma_units"])
+    except (OSError, ValueError, TypeError, KeyError):
+        pass
+    try:
+        in_flight = _fma_in_flight(triple, bits)
+    except Exception:  # noqa: BLE001  (no JIT here: what the features suggest)
+        return fallback
+    units = max(1, round(in_flight / latency))
+    try:
+        write_atomically(path, json.dumps({"key": key, "fma_in_flight": round(in_flight, 2),
+                                           "fma_units": units}))
+    except OSError:
+        pass
+    return units
+
+
+def _llvm_host_cpu() -> str:
+    import llvmlite.binding as llvm
+
+    return llvm.get_host_cpu_name()
+
+
+def _fma_in_flight(triple: str, bits: int) -> float:
+    """The vector FMAs the host runs at once: the time per FMA of one dependent chain over
+    that of _PROBE_CHAINS independent ones (units x latency; the clock cancels)."""
+    import ctypes
+    import time
+
+    import llvmlite.binding as llvm
+    from llvmlite import ir
+
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    lanes = bits // 32
+    f32 = ir.FloatType()
+    vec = ir.VectorType(f32, lanes)
+    module = ir.Module("fma_probe")
+    module.triple = triple
+    fma = ir.Function(module, ir.FunctionType(vec, [vec, vec, vec]), f"llvm.fma.v{lanes}f32")
+    for name, chains in (("chain", 1), ("wide", _PROBE_CHAINS)):
+        fn = ir.Function(module, ir.FunctionType(f32, [ir.IntType(64)]), name)
+        entry, loop, done = (fn.append_basic_block(n) for n in ("entry", "loop", "done"))
+        b = ir.IRBuilder(entry)
+        start = ir.Constant(vec, [ir.Constant(f32, 0.999)] * lanes)
+        c = ir.Constant(vec, [ir.Constant(f32, 0.001)] * lanes)
+        b.branch(loop)
+        b.position_at_end(loop)
+        count = b.phi(ir.IntType(64))
+        count.add_incoming(ir.Constant(ir.IntType(64), 0), entry)
+        accs = [b.phi(vec) for _ in range(chains)]
+        nexts = []
+        for acc in accs:
+            acc.add_incoming(start, entry)
+            value = acc
+            for _ in range(_PROBE_CHAINS // chains):
+                value = b.call(fma, [value, c, c])
+            nexts.append(value)
+        for acc, value in zip(accs, nexts):
+            acc.add_incoming(value, loop)
+        step = b.add(count, ir.Constant(ir.IntType(64), 1))
+        count.add_incoming(step, loop)
+        b.cbranch(b.icmp_unsigned("<", step, fn.args[0]), loop, done)
+        b.position_at_end(done)
+        total = nexts[0]
+        for value in nexts[1:]:
+            total = b.fadd(total, value)
+        b.ret(b.extract_element(total, ir.Constant(ir.IntType(32), 0)))
+    machine = llvm.Target.from_triple(triple).create_target_machine(
+        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=2)
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(str(module)), machine)
+    engine.finalize_object()
+    kind = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64)
+
+    runs = {name: kind(engine.get_function_address(name)) for name in ("chain", "wide")}
+    best = dict.fromkeys(runs, float("inf"))
+    iterations = 10_000  # 160,000 FMAs a run: about half a millisecond as one chain
+    runs["chain"](iterations)  # the clock up to speed
+    for _ in range(15):  # interleaved, best of each: what a quiet core does
+        for name, run in runs.items():
+            begin = time.perf_counter()
+            run(iterations)
+            best[name] = min(best[name], time.perf_counter() - begin)
+    return best["chain"] / best["wide"]

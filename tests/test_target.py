@@ -64,6 +64,42 @@ def test_host_has_cores_and_caches() -> None:
     assert HOST.fma_units >= 1 and HOST.fma_latency >= 1
 
 
+def test_fma_probe_sees_pipelined_units() -> None:
+    """A dependent chain of FMAs waits out each one's latency; independent chains overlap:
+    more than two FMAs are in flight on any pipelined vector unit, a whole number of
+    units (at the nearest preset's latency) on the host."""
+    from ember import target as target_module
+
+    host = Target.host()
+    in_flight = target_module._fma_in_flight(host.triple, host.vector_bits)
+    assert in_flight > 2
+    assert 1 <= host.fma_units <= 4
+
+
+def test_fma_units_are_measured_once_per_machine(tmp_path, monkeypatch) -> None:
+    """The measured units are kept in the cache folder and read back (every process, so
+    every cache key, sees one figure); another machine's entry is measured anew."""
+    from ember import target as target_module
+
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(target_module, "_fma_in_flight",
+                        lambda triple, bits: calls.append(bits) or 8.2)
+    features = {"avx2", "fma"}
+    assert target_module._fma_units("x86_64-unknown-linux-gnu", features, 256, 4, 1) == 2
+    assert target_module._fma_units("x86_64-unknown-linux-gnu", features, 256, 4, 1) == 2
+    assert calls == [256]
+    assert target_module._fma_units("x86_64-unknown-linux-gnu", features, 512, 4, 1) == 2
+    assert calls == [256, 512]
+
+    def no_jit(triple, bits):
+        raise RuntimeError("no JIT here")
+
+    monkeypatch.setattr(target_module, "_fma_in_flight", no_jit)
+    (tmp_path / "host-target.json").unlink()
+    assert target_module._fma_units("x86_64-unknown-linux-gnu", features, 256, 4, 3) == 3
+
+
 # -- presets -------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", CPU_PRESETS)
 def test_cpu_preset_facts_are_consistent(name) -> None:
