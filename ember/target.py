@@ -300,40 +300,10 @@ def _fma_in_flight(triple: str, bits: int) -> float:
 
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
-    lanes = bits // 32
-    f32 = ir.FloatType()
-    vec = ir.VectorType(f32, lanes)
     module = ir.Module("fma_probe")
     module.triple = triple
-    fma = ir.Function(module, ir.FunctionType(vec, [vec, vec, vec]), f"llvm.fma.v{lanes}f32")
     for name, chains in (("chain", 1), ("wide", _PROBE_CHAINS)):
-        fn = ir.Function(module, ir.FunctionType(f32, [ir.IntType(64)]), name)
-        entry, loop, done = (fn.append_basic_block(n) for n in ("entry", "loop", "done"))
-        b = ir.IRBuilder(entry)
-        start = ir.Constant(vec, [ir.Constant(f32, 0.999)] * lanes)
-        c = ir.Constant(vec, [ir.Constant(f32, 0.001)] * lanes)
-        b.branch(loop)
-        b.position_at_end(loop)
-        count = b.phi(ir.IntType(64))
-        count.add_incoming(ir.Constant(ir.IntType(64), 0), entry)
-        accs = [b.phi(vec) for _ in range(chains)]
-        nexts = []
-        for acc in accs:
-            acc.add_incoming(start, entry)
-            value = acc
-            for _ in range(_PROBE_CHAINS // chains):
-                value = b.call(fma, [value, c, c])
-            nexts.append(value)
-        for acc, value in zip(accs, nexts):
-            acc.add_incoming(value, loop)
-        step = b.add(count, ir.Constant(ir.IntType(64), 1))
-        count.add_incoming(step, loop)
-        b.cbranch(b.icmp_unsigned("<", step, fn.args[0]), loop, done)
-        b.position_at_end(done)
-        total = nexts[0]
-        for value in nexts[1:]:
-            total = b.fadd(total, value)
-        b.ret(b.extract_element(total, ir.Constant(ir.IntType(32), 0)))
+        fma_loop(module, name, bits // 32, chains, _PROBE_CHAINS // chains)
     machine = llvm.Target.from_triple(triple).create_target_machine(
         cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=2)
     engine = llvm.create_mcjit_compiler(llvm.parse_assembly(str(module)), machine)
@@ -350,3 +320,40 @@ def _fma_in_flight(triple: str, bits: int) -> float:
             run(iterations)
             best[name] = min(best[name], time.perf_counter() - begin)
     return best["chain"] / best["wide"]
+
+
+def fma_loop(module, name: str, lanes: int, chains: int, depth: int) -> None:
+    """Add `float name(i64 n)` to llvmlite `module`: n iterations, each `depth` dependent
+    vector FMAs of `lanes` f32 in each of `chains` independent accumulators (the machine's
+    FMA probes: this module's units, ember/runtime/machine.py's peak)."""
+    from llvmlite import ir
+
+    f32, i64 = ir.FloatType(), ir.IntType(64)
+    vec = ir.VectorType(f32, lanes)
+    fma = module.globals.get(f"llvm.fma.v{lanes}f32") or ir.Function(
+        module, ir.FunctionType(vec, [vec, vec, vec]), f"llvm.fma.v{lanes}f32")
+    fn = ir.Function(module, ir.FunctionType(f32, [i64]), name)
+    entry, loop, done = (fn.append_basic_block(n) for n in ("entry", "loop", "done"))
+    b = ir.IRBuilder(entry)
+    c = ir.Constant(vec, [ir.Constant(f32, 0.001)] * lanes)
+    b.branch(loop)
+    b.position_at_end(loop)
+    count = b.phi(i64)
+    count.add_incoming(ir.Constant(i64, 0), entry)
+    accs, ends = [b.phi(vec) for _ in range(chains)], []
+    for k, acc in enumerate(accs):
+        acc.add_incoming(ir.Constant(vec, [ir.Constant(f32, 0.5 + k)] * lanes), entry)
+        value = acc
+        for _ in range(depth):
+            value = b.call(fma, [value, c, c])
+        ends.append(value)
+    for acc, value in zip(accs, ends):
+        acc.add_incoming(value, loop)
+    step = b.add(count, ir.Constant(i64, 1))
+    count.add_incoming(step, loop)
+    b.cbranch(b.icmp_signed("<", step, fn.args[0]), loop, done)
+    b.position_at_end(done)
+    total = ends[0]
+    for value in ends[1:]:
+        total = b.fadd(total, value)
+    b.ret(b.extract_element(total, ir.Constant(ir.IntType(32), 0)))

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ember.dtypes import DType
-from ember.target import Target
+from ember.target import Target, fma_loop
 from ember.util.files import write_atomically
 
 
@@ -45,35 +45,8 @@ def _fma_peak(target: Target) -> float:
     from ember.codegen.cpu import compile_module
 
     lanes = target.lanes(DType.f32)
-    f32 = ir.FloatType()
-    vec = ir.VectorType(f32, lanes)
     module = ir.Module("peak")
-    fn = ir.Function(module, ir.FunctionType(f32, [ir.IntType(64)]), "ember_fma_peak")
-    fma = ir.Function(module, ir.FunctionType(vec, [vec, vec, vec]), f"llvm.fma.v{lanes}f32")
-    entry, loop, done = (fn.append_basic_block(n) for n in ("entry", "loop", "done"))
-    b = ir.IRBuilder(entry)
-    a = ir.Constant(vec, [ir.Constant(f32, 0.999)] * lanes)
-    c = ir.Constant(vec, [ir.Constant(f32, 0.001)] * lanes)
-    b.branch(loop)
-    b.position_at_end(loop)
-    count = b.phi(ir.IntType(64))
-    count.add_incoming(ir.Constant(ir.IntType(64), 0), entry)
-    accs = []
-    for k in range(12):
-        phi = b.phi(vec)
-        phi.add_incoming(ir.Constant(vec, [ir.Constant(f32, float(k))] * lanes), entry)
-        accs.append(phi)
-    new = [b.call(fma, [acc, a, c]) for acc in accs]
-    for phi, value in zip(accs, new):
-        phi.add_incoming(value, loop)
-    following = b.add(count, ir.Constant(ir.IntType(64), 1))
-    count.add_incoming(following, loop)
-    b.cbranch(b.icmp_signed("<", following, fn.args[0]), loop, done)
-    b.position_at_end(done)
-    total = new[0]
-    for v in new[1:]:
-        total = b.fadd(total, v)
-    b.ret(b.extract_element(total, ir.Constant(ir.IntType(32), 0)))
+    fma_loop(module, "ember_fma_peak", lanes, chains=12, depth=1)
     jit = compile_module(module, target)
     run = jit.function("ember_fma_peak", ctypes.c_float, ctypes.c_int64)
     iterations = 2_000_000
