@@ -224,9 +224,10 @@ def match_gemm(body: list[Stmt], shapes: dict[str, tuple[int, ...]] | None = Non
 
 def _element_result(result: list[Stmt], acc: str, index: tuple[Var, ...]) -> bool:
     """Whether `result` writes the sum in %acc per output element: stores at the nest's
-    index, or into scalars that later ones read (a fused epilogue), none into %acc."""
-    return any(s.index for s in result if isinstance(s, Store)) and all(
-        isinstance(s, Store) and s.buffer != acc and s.index in ((), index) for s in result)
+    index, the last one among them, or into scalars that later ones read (a fused
+    epilogue), none into %acc."""
+    return all(isinstance(s, Store) and s.buffer != acc and s.index in ((), index)
+               for s in result) and result[-1].index == index
 
 
 def _panel_width(b: Expr, k: str, col: str | None,
