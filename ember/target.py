@@ -233,12 +233,13 @@ def _host() -> Target:
         bits, registers = 128, 32
     near = nearest_preset(triple, features)
     fma_latency = near.fma_latency if near else 4
-    fma_units = _fma_units(triple, features, bits, fma_latency,
+    cpu = llvm.get_host_cpu_name()
+    fma_units = _fma_units(triple, cpu, features, bits, fma_latency,
                            near.fma_units if near and near.vector_bits == bits else 1)
     data = _data_caches()
     caches = {level: size for level, (size, _) in data.items()}
     ways = data.get(1, (0, 0))[1] or (near.l1d_ways if near else 8)
-    return Target("host", triple, llvm.get_host_cpu_name(), tuple(sorted(features)), bits,
+    return Target("host", triple, cpu, tuple(sorted(features)), bits,
                   registers, fma_units, fma_latency,
                   caches.get(1, near.l1d_bytes if near else 32 << 10),
                   caches.get(2, near.l2_bytes if near else 512 << 10),
@@ -252,8 +253,8 @@ def _host() -> Target:
 _PROBE_CHAINS = 16
 
 
-def _fma_units(triple: str, features: set[str], bits: int, latency: int, fallback: int
-               ) -> int:
+def _fma_units(triple: str, cpu: str, features: set[str], bits: int, latency: int,
+               fallback: int) -> int:
     """The host's vector FMA units, which its features do not tell (a Xeon has one or two
     512-bit units by model; Zen 4 one): FMAs in flight, measured, over the latency.
     Measured once per machine and kept in the cache folder, so that every process (and so
@@ -262,7 +263,7 @@ def _fma_units(triple: str, features: set[str], bits: int, latency: int, fallbac
 
     from ember.util.files import cache_dir, write_atomically
 
-    key = [triple, _llvm_host_cpu(), bits, sorted(features)]
+    key = [triple, cpu, bits, sorted(features)]
     path = cache_dir() / "host-target.json"
     try:
         saved = json.loads(path.read_text())
@@ -281,12 +282,6 @@ def _fma_units(triple: str, features: set[str], bits: int, latency: int, fallbac
     except OSError:
         pass
     return units
-
-
-def _llvm_host_cpu() -> str:
-    import llvmlite.binding as llvm
-
-    return llvm.get_host_cpu_name()
 
 
 def _fma_in_flight(triple: str, bits: int) -> float:

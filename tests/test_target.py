@@ -86,10 +86,10 @@ def test_fma_units_are_measured_once_per_machine(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(target_module, "_fma_in_flight",
                         lambda triple, bits: calls.append(bits) or 8.2)
     features = {"avx2", "fma"}
-    assert target_module._fma_units("x86_64-unknown-linux-gnu", features, 256, 4, 1) == 2
-    assert target_module._fma_units("x86_64-unknown-linux-gnu", features, 256, 4, 1) == 2
+    assert target_module._fma_units("x86_64-unknown-linux-gnu", "cpu", features, 256, 4, 1) == 2
+    assert target_module._fma_units("x86_64-unknown-linux-gnu", "cpu", features, 256, 4, 1) == 2
     assert calls == [256]
-    assert target_module._fma_units("x86_64-unknown-linux-gnu", features, 512, 4, 1) == 2
+    assert target_module._fma_units("x86_64-unknown-linux-gnu", "cpu", features, 512, 4, 1) == 2
     assert calls == [256, 512]
 
     def no_jit(triple, bits):
@@ -97,7 +97,7 @@ def test_fma_units_are_measured_once_per_machine(tmp_path, monkeypatch) -> None:
 
     monkeypatch.setattr(target_module, "_fma_in_flight", no_jit)
     (tmp_path / "host-target.json").unlink()
-    assert target_module._fma_units("x86_64-unknown-linux-gnu", features, 256, 4, 3) == 3
+    assert target_module._fma_units("x86_64-unknown-linux-gnu", "cpu", features, 256, 4, 3) == 3
 
 
 # -- presets -------------------------------------------------------------------------------

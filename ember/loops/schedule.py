@@ -127,18 +127,19 @@ def _parallelize_nests(scheduling: _Scheduling, min_work: int) -> None:
             break
 
 
-def _block_matmuls(scheduling: _Scheduling, target: Target, tuning: Tuning | None) -> None:
-    """Block each f32 matmul nest by its GemmSchedule: the session's (given back, or found
-    by a search), else the target's default (ember/loops/schedules/gemm.py)."""
-    for loop, g, chosen in _matmul_schedules(scheduling.kernel, target, tuning):
+def _block_matmuls(scheduling: _Scheduling, target: Target, matmuls: list) -> None:
+    """Block each f32 matmul nest by its GemmSchedule (`_matmul_schedules`)."""
+    for loop, g, chosen in matmuls:
         name, args = gemm_schedules.gemm_step(loop, gemm_schedules.fit_schedule(g, chosen,
                                                                                 target))
         scheduling.apply(name, *args)
 
 
 def _matmul_schedules(kernel: Kernel, target: Target, tuning: Tuning | None) -> list:
-    """(outer loop, Gemm, GemmSchedule) of each matmul nest of `kernel`, each schedule
-    noted in `tuning.chosen` under its shape's key (to edit, or to tune)."""
+    """(outer loop, Gemm, GemmSchedule) of each f32 matmul nest of `kernel`: the session's
+    schedule (given back, or found by a search), else the target's default
+    (ember/loops/schedules/gemm.py); each noted in `tuning.chosen` under its shape's key
+    (to edit, or to tune)."""
     found = []
     for loop, g in gemm_schedules.matmul_nests(kernel):
         chosen = chosen_gemm_schedule(g, tuning) or \
@@ -272,12 +273,13 @@ def default_kernel_schedule(kernel: Kernel, target: Target) -> Schedule:
     return Schedule(_default_scheduling(kernel, target).steps)
 
 
-def _default_scheduling(kernel: Kernel, target: Target, tuning: Tuning | None = None
+def _default_scheduling(kernel: Kernel, target: Target, matmuls: list | None = None
                         ) -> _Scheduling:
     """The default schedule derived on `kernel`: its steps and the kernel they made (so
-    that a compile applies them once)."""
+    that a compile applies them once). `matmuls`: its `_matmul_schedules`, when known."""
     scheduling = _Scheduling(kernel)
-    _block_matmuls(scheduling, target, tuning)
+    _block_matmuls(scheduling, target, _matmul_schedules(kernel, target, None)
+                   if matmuls is None else matmuls)
     _block_transposes(scheduling, target)
     _parallelize_nests(scheduling, MIN_PARALLEL_WORK)
     _vectorize_inner_loops(scheduling, target)
@@ -301,19 +303,19 @@ def schedule_program(program: Program, target: Target, tuning: Tuning | None = N
     for kernel in program.kernels:
         simplified = simplify_kernel(kernel)
         key = f"kernel/{kernel.name}"
+        matmuls = _matmul_schedules(simplified, target, tuning)
         fingerprint = record = None
         if tuning is not None:
             # A kernel's steps are written for its nest and its matmuls' schedules: an
             # edited matmul schedule (its record by shape) is then what the kernel gets.
-            matmuls = [asdict(chosen) for *_, chosen in
-                       _matmul_schedules(simplified, target, tuning)]
-            fingerprint = nest_fingerprint(simplified, matmuls)
+            fingerprint = nest_fingerprint(simplified,
+                                           [asdict(chosen) for *_, chosen in matmuls])
             record = tuning.lookup(key)
         schedule = _given_schedule(kernel.name, record, fingerprint) if record else None
         if schedule is not None:
             steps, result = schedule.steps, schedule.apply(simplified)
         else:
-            derived = _default_scheduling(simplified, target, tuning)
+            derived = _default_scheduling(simplified, target, matmuls)
             steps, result = derived.steps, derived.kernel
         scheduled.append(result)
         if tuning is not None:

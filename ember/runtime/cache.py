@@ -44,9 +44,6 @@ def code_file(index: int) -> str:
     return f"code{index}.o"
 
 
-
-
-
 def _sha(data: Any) -> str:
     return hashlib.sha256(data).hexdigest()
 

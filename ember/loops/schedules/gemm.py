@@ -46,12 +46,13 @@ k loop inside the tile, unroll %ii, vectorize %jj, fuse the batch, column-block 
 row-group loops into one and make it parallel.
 
 **One store per element.** The write-back is the nest's only store to the output, done
-once per element after its whole sum, so a fused epilogue (ember/loops/lower/fused.py
-replaces that store) runs once per element. When K is longer than kc, it is summed in
+once per element after its whole sum, so a fused epilogue (the statements that
+ember/loops/lower/fused.py puts in place of the plain nest's store, `Gemm.result`) runs
+once per element. When K is longer than kc, it is summed in
 passes: per pass a task packs that slice of B, its tiles start from partial sums in a
 per-thread workspace `%ws: f32[blocks, mc/mr, nc/nr, mr, nr]` (zeroed at the task's start)
 and go back to it, and only in the last pass are they written to the output. When the
-epilogue has transcendental math (`LowerContext.heavy_epilogue`: a GELU's erf), the tile is
+epilogue has transcendental math (a GELU's erf, in `Gemm.result`), the tile is
 first copied to a local `%stage: f32[mr, nr]` and written a row at a time (%ii serial), so
 that LLVM evaluates one row's polynomials at once instead of mr rows' and does not spill.
 
@@ -479,7 +480,7 @@ class _Builder:
         # than registers: it spills. The tile goes to a staging buffer, and the stores run
         # a row at a time from there (linear 128x768x3072 + GELU on 1 thread: 6.03 -> 5.65
         # ms, 5.45 without the GELU).
-        heavy = getattr(ctx, "heavy_epilogue", False) or any(
+        heavy = ctx.heavy_epilogue or any(
             transcendental(x) for st in g.result for x in walk_expr(st.value))
         self.stage = ctx.local(F32, (self.mr, self.nr)) if heavy else None
         # One tile of rows uses each element of B once: packing would only copy it.
@@ -819,6 +820,9 @@ class _Names:
         self.next = max(numbers, default=-1) + 1
         self.first_local = len(kernel.locals)
         self.locals: list[Buffer] = []
+        # The epilogue is in the nest (Gemm.result), where the builder sees it: no lowering
+        # has to say whether it is heavy (as a conv's, scheduled in its lowering, does).
+        self.heavy_epilogue = False
 
     def var(self, hint: str) -> Var:
         while f"{hint}{self.next}" in self.taken:
