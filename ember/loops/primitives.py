@@ -54,6 +54,7 @@ from ember.loops.ir import (
     walk_stmts,
 )
 from ember.loops.schedules.gemm import gemm
+from ember.loops.schedules.pool import pool
 from ember.loops.verify import verify_kernel
 
 # Locals live on the stack (an alloca per kernel); a cache past L2's size also buys nothing.
@@ -526,6 +527,9 @@ PRIMITIVES: dict[str, tuple[Callable[..., Kernel], tuple[str, ...]]] = {
     # A kernel class's composite step: the matmul nest of a loop blocked by a GemmSchedule
     # (mr nr kc mc nc pack_a parallel; ember/loops/schedules/gemm.py).
     "gemm": (gemm, ("loop", "int", "int", "int", "int", "int", "int", "int")),
+    # A plain 2-D pool nest as vectors of output columns (lanes chains;
+    # ember/loops/schedules/pool.py).
+    "pool": (pool, ("loop", "int", "int")),
 }
 _NAME = re.compile(r"[A-Za-z0-9_.$]+")  # a %name of the loop-IR text, without the %
 

@@ -20,11 +20,12 @@ from __future__ import annotations
 import hashlib
 import json
 import warnings
-from dataclasses import asdict, replace
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
 
 from ember.dtypes import DType
 from ember.errors import ScheduleError, VerificationError
-from ember.loops.analysis import access_kind, independent
+from ember.loops.analysis import access_kind, independent, stored_buffers
 from ember.loops.cost import trip_count, weighted
 from ember.loops.ir import (
     Const,
@@ -41,10 +42,12 @@ from ember.loops.ir import (
 )
 from ember.loops.primitives import Schedule, Step, _split
 from ember.loops.schedules import gemm as gemm_schedules
+from ember.loops.schedules import pool as pool_schedules
 from ember.loops.simplify import simplify_kernel
 from ember.loops.text import print_kernel
 from ember.loops.tune.context import Tuning, chosen_gemm_schedule
 from ember.loops.tune.gemm import key_of
+from ember.loops.tune.knobs import kernel_key, search_texts, value_sets
 from ember.loops.verify import verify_kernel
 from ember.target import Target
 
@@ -148,6 +151,71 @@ def _matmul_schedules(kernel: Kernel, target: Target, tuning: Tuning | None) -> 
             tuning.chosen[key_of(g)] = {"schedule": asdict(chosen)}
         found.append((loop, g, chosen))
     return found
+
+
+@dataclass(frozen=True)
+class NestClass:
+    """A class of plain nests that one composite step schedules (besides matmuls): how to
+    find them in a kernel, the step's parameters (their defaults on a target, in the
+    step's argument order, and the values a search tries)."""
+
+    step: str  # the primitive's name (ember/loops/primitives.py), also the tuning key's
+    nests: Callable[[Kernel], list[tuple[str, object]]]
+    defaults: Callable[[Target], dict[str, int]]
+    choices: dict[str, tuple[int, ...]]
+
+
+NEST_CLASSES = (
+    NestClass("pool", pool_schedules.pool_nests, pool_schedules.default_parameters,
+              {name: values for name, (_, values) in pool_schedules.PARAMETERS.items()}),
+)
+
+NestSteps = list[tuple[str, str, dict[str, int]]]  # (step, outer loop, parameters)
+
+
+def _nest_steps(kernel: Kernel, target: Target, tuning: Tuning | None,
+                matmuls: list) -> NestSteps:
+    """The composite step of each nest of a NEST_CLASSES class in `kernel`: its
+    parameters are the session's (given back, or found by a search: each candidate
+    scheduled in full and timed), else the target's defaults; each noted in
+    `tuning.chosen` under `<step>/<hash of the nest>`."""
+    found: NestSteps = []
+    for cls in NEST_CLASSES:
+        for loop, _ in cls.nests(kernel):
+            values = cls.defaults(target)
+            if tuning is not None:
+                top = [s for s in kernel.body if isinstance(s, For) and s.var.name == loop]
+                key = kernel_key(Kernel(kernel.name, kernel.params, top, kernel.locals),
+                                 cls.step)
+                record = tuning.lookup(key)
+                if record is None and tuning.searching:
+                    record = _search_nest(kernel, target, tuning, matmuls, found,
+                                          (cls, loop, values, key))
+                given = record.get("schedule", {}) if isinstance(record, dict) else {}
+                values = {n: int(given.get(n, v)) for n, v in values.items()}
+                tuning.chosen[key] = {"schedule": values}
+            found.append((cls.step, loop, values))
+    return found
+
+
+def _search_nest(kernel: Kernel, target: Target, tuning: Tuning, matmuls: list,
+                 before: NestSteps, candidate) -> dict:
+    """Time the kernel scheduled with each candidate set of one nest's parameters (the
+    nests before it with theirs, those after with their defaults); store the winner."""
+    cls, loop, defaults, key = candidate
+    options = [values[cls.step] for values in
+               value_sets({cls.step: (defaults, cls.choices)})]
+    texts = []
+    for values in options:
+        steps = [*before, (cls.step, loop, values)]
+        steps += [(c.step, name, c.defaults(target)) for c in NEST_CLASSES
+                  for name, _ in c.nests(kernel) if name not in {s[1] for s in steps}]
+        texts.append(print_kernel(_default_scheduling(kernel, target, matmuls, steps).kernel))
+    outputs = len(stored_buffers(kernel.body) & {b.name for b in kernel.params})
+    winner, seconds, tried = search_texts(key, kernel, texts, outputs, tuning)
+    record = {"schedule": options[winner], "seconds": seconds, "tried": tried}
+    tuning.store(key, record)
+    return record
 
 
 def transpose_block(target: Target) -> int:
@@ -273,13 +341,18 @@ def default_kernel_schedule(kernel: Kernel, target: Target) -> Schedule:
     return Schedule(_default_scheduling(kernel, target).steps)
 
 
-def _default_scheduling(kernel: Kernel, target: Target, matmuls: list | None = None
-                        ) -> _Scheduling:
+def _default_scheduling(kernel: Kernel, target: Target, matmuls: list | None = None,
+                        nests: NestSteps | None = None) -> _Scheduling:
     """The default schedule derived on `kernel`: its steps and the kernel they made (so
-    that a compile applies them once). `matmuls`: its `_matmul_schedules`, when known."""
+    that a compile applies them once). `matmuls` and `nests`: its `_matmul_schedules` and
+    `_nest_steps`, when known."""
     scheduling = _Scheduling(kernel)
-    _block_matmuls(scheduling, target, _matmul_schedules(kernel, target, None)
-                   if matmuls is None else matmuls)
+    if matmuls is None:
+        matmuls = _matmul_schedules(kernel, target, None)
+    _block_matmuls(scheduling, target, matmuls)
+    for step, loop, values in (_nest_steps(kernel, target, None, matmuls)
+                               if nests is None else nests):
+        scheduling.apply(step, loop, *values.values())
     _block_transposes(scheduling, target)
     _parallelize_nests(scheduling, MIN_PARALLEL_WORK)
     _vectorize_inner_loops(scheduling, target)
@@ -304,18 +377,20 @@ def schedule_program(program: Program, target: Target, tuning: Tuning | None = N
         simplified = simplify_kernel(kernel)
         key = f"kernel/{kernel.name}"
         matmuls = _matmul_schedules(simplified, target, tuning)
+        nests = _nest_steps(simplified, target, tuning, matmuls)
         fingerprint = record = None
         if tuning is not None:
-            # A kernel's steps are written for its nest and its matmuls' schedules: an
-            # edited matmul schedule (its record by shape) is then what the kernel gets.
+            # A kernel's steps are written for its nest and its matmuls' and other nests'
+            # parameters: an edited one (its own record) is then what the kernel gets.
             fingerprint = nest_fingerprint(simplified,
-                                           [asdict(chosen) for *_, chosen in matmuls])
+                                           [asdict(chosen) for *_, chosen in matmuls]
+                                           + [values for *_, values in nests])
             record = tuning.lookup(key)
         schedule = _given_schedule(kernel.name, record, fingerprint) if record else None
         if schedule is not None:
             steps, result = schedule.steps, schedule.apply(simplified)
         else:
-            derived = _default_scheduling(simplified, target, matmuls)
+            derived = _default_scheduling(simplified, target, matmuls, nests)
             steps, result = derived.steps, derived.kernel
         scheduled.append(result)
         if tuning is not None:

@@ -129,16 +129,22 @@ def test_vector_max_pools_match_the_interpreter(x_shape, attrs) -> None:
 
 
 def vector_pool(op: str, x: np.ndarray, attrs: dict) -> tuple[np.ndarray, np.ndarray]:
-    """(compiled, interpreted) results of a 2-D f32 pool, checked to lower to vectors."""
+    """(compiled, interpreted) results of a 2-D f32 pool, checked to be scheduled as vectors
+    (its plain nest found by the pool step)."""
     import ember
     from ember.loops.ir import For
     from ember.loops.lower import lower_graph
+    from ember.loops.schedule import default_kernel_schedule, schedule_kernel
+    from ember.loops.simplify import simplify_kernel
 
     b = Builder("g")
     b.output(getattr(b, op)(b.input("x", DType.f32, x.shape), **attrs))
     graph = b.build()
     (kernel,) = lower_graph(graph, target=HOST).kernels
-    assert any(s.kind == "vectorized" for s in kernel.walk() if isinstance(s, For))
+    steps = default_kernel_schedule(simplify_kernel(kernel), HOST).steps
+    assert steps[0].name == "pool", steps
+    scheduled = schedule_kernel(kernel, HOST)
+    assert any(s.kind == "vectorized" for s in scheduled.walk() if isinstance(s, For))
     got = ember.compile(graph, config=ember.Config(executor="cpu", disk_cache=False))(x)[0]
     return got, ember.interpret(graph, [x])[0]
 
@@ -158,3 +164,53 @@ def test_vector_avg_pools_match_the_interpreter(x_shape, attrs) -> None:
     its own window's count (count_include_pad, ceil_mode overhangs)."""
     got, want = vector_pool("avg_pool", data(x_shape), attrs)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+PLAIN_POOL = """kernel @k(%x0: f32[1,2,9,10], %b: f32[5], %y0: f32[1,2,5,5]) {
+  local %t0: f32[]
+  for %i0 = 0 to 1 {
+    for %i1 = 0 to 2 {
+      for %i2 = 0 to 5 {
+        for %i3 = 0 to 5 {
+          %t0[] = -inf:f32
+          for %i4 = 0 to 3 {
+            for %i5 = 0 to 3 {
+              if GUARD {
+                %t0[] = max(%t0[], VALUE)
+              }
+            }
+          }
+          %y0[%i0, %i1, %i2, %i3] = %t0[]
+        }
+      }
+    }
+  }
+}
+"""
+GUARD = ("and(and(ge(sub(add(mul(%i2, 2), %i4), 1), 0), lt(sub(add(mul(%i2, 2), %i4), 1), 9)),"
+         " ge(sub(add(mul(%i3, 2), %i5), 1), 0))")
+VALUE = "%x0[%i0, %i1, sub(add(mul(%i2, 2), %i4), 1), sub(add(mul(%i3, 2), %i5), 1)]"
+
+
+@pytest.mark.parametrize("guard, value, found", [
+    (GUARD, VALUE, True),
+    # the geometry read from the taps: stride 2, pad 1 (the window check, as the lowering
+    # writes it, must be the nest's whole `if`)
+    (GUARD.replace(", 9)", ", 8)"), VALUE, False),
+    # the output column read elsewhere than at the window: lanes past OW would read %b
+    # out of bounds, so the pool step does not take it
+    (GUARD, f"add({VALUE}, %b[%i3])", False),
+    # two reads of x at different windows
+    (GUARD, f"add({VALUE}, {VALUE.replace('mul(%i3, 2)', 'mul(%i3, 3)')})", False),
+])
+def test_the_pool_step_takes_only_plain_window_nests(guard, value, found) -> None:
+    from ember.loops.schedules.pool import pool_nests
+    from ember.loops.text import parse_kernel
+
+    kernel = parse_kernel(PLAIN_POOL.replace("GUARD", guard).replace("VALUE", value))
+    nests = pool_nests(kernel)
+    assert bool(nests) == found
+    if found:
+        (loop, nest), = nests
+        assert loop == "i0" and nest.pool.strides == (2, 2) and nest.pool.pads_begin == (1, 1)
+        assert nest.pool.in_sizes == (9, 10) and nest.combine == "max"

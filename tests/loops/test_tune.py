@@ -1,6 +1,6 @@
-"""The tuner: a tuned compile searches matmul schedules, and other lowerings' knobs, in a
-worker process, keeps the winner in the database, and later tuned compiles reuse it; a
-crashing candidate does not take the caller down."""
+"""The tuner: a tuned compile searches matmul schedules, other scheduling steps'
+parameters and lowerings' knobs, in a worker process, keeps the winner in the database, and
+later tuned compiles reuse it; a crashing candidate does not take the caller down."""
 
 from __future__ import annotations
 
@@ -131,6 +131,31 @@ def test_tuned_compile_searches_a_kernels_knobs_and_reuses_them(monkeypatch, tmp
     assert "f32[2,40]" in text and "f32[2,16]" in text  # the scores and sums of 2 rows
     untuned, _ = lower_to_program(graph, ember.Config(executor="cpu", disk_cache=False))
     assert "f32[4,40]" in print_kernel(untuned.kernels[0])
+
+
+def test_tuned_compile_searches_a_scheduling_steps_parameters(monkeypatch, tmp_path,
+                                                              capsys) -> None:
+    """A pool's step (scheduled after lowering: ember/loops/schedules/pool.py) is searched
+    like a lowering's knobs: each candidate is the kernel scheduled in full, the winner is
+    stored under a key of the plain nest, and an edited record gives that code."""
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    config = ember.Config(executor="cpu", disk_cache=False, tune=True, tune_budget=1.0)
+    b = ember.Builder("pooled")
+    b.output(b.max_pool(b.input("x", "f32", (1, 4, 12, 20)), kernel=(3, 3), strides=(1, 1),
+                        pads=(1, 1, 1, 1)))
+    graph = b.build()
+    x = np.random.default_rng(3).standard_normal((1, 4, 12, 20)).astype(np.float32)
+    np.testing.assert_array_equal(ember.compile(graph, config=config)(x)[0],
+                                  ember.interpret(graph, [x])[0])
+    assert "tuning pool -> f32[1,4,12,20]" in capsys.readouterr().err
+    entries = json.loads((tmp_path / "tuning.json").read_text())
+    (key, record), = entries.items()
+    assert key.startswith("pool/") and record["tried"] >= 1
+    assert set(record["schedule"]) == {"lanes", "chains"}
+    record["schedule"].update(lanes=8, chains=1)
+    (tmp_path / "tuning.json").write_text(json.dumps({key: record}))
+    program, _ = lower_to_program(graph, config)
+    assert "local %t0: f32[1,8]" in print_kernel(program.kernels[0])
 
 
 @pytest.mark.parametrize("measured, winner", [

@@ -70,7 +70,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -79,7 +78,6 @@ from ember.errors import ScheduleError
 from ember.loops.analysis import transcendental
 from ember.loops.ir import (
     Binary,
-    Buffer,
     Const,
     Expr,
     Fma,
@@ -98,6 +96,7 @@ from ember.loops.ir import (
     walk_expr,
 )
 from ember.loops.schedules.lanes import serial_unless_vectorizable
+from ember.loops.schedules.names import FreshNames
 from ember.loops.simplify import simplify_kernel
 from ember.loops.verify import verify_kernel
 from ember.target import Target
@@ -208,7 +207,7 @@ def match_gemm(body: list[Stmt], shapes: dict[str, tuple[int, ...]] | None = Non
         return None
     a, b = term.b.a, term.b.b
     names = [loop.var.name for loop in loops]
-    if not _element_result(result, acc, tuple(loop.var for loop in loops)) or any(
+    if not element_result(result, acc, tuple(loop.var for loop in loops)) or any(
             isinstance(x, Load) and x.buffer == acc for e in (a, b) for x in walk_expr(e)):
         return None
     in_a, in_b, rest = _variables(a), _variables(b), list(names)
@@ -223,7 +222,7 @@ def match_gemm(body: list[Stmt], shapes: dict[str, tuple[int, ...]] | None = Non
                 b_panels=_panel_width(b, k, col, shapes))
 
 
-def _element_result(result: list[Stmt], acc: str, index: tuple[Var, ...]) -> bool:
+def element_result(result: list[Stmt], acc: str, index: tuple[Var, ...]) -> bool:
     """Whether `result` writes the sum in %acc per output element: stores at the nest's
     index, the last one among them, or into scalars that later ones read (a fused
     epilogue), none into %acc."""
@@ -798,7 +797,7 @@ def gemm(kernel: Kernel, loop: str, mr: int, nr: int, kc: int, mc: int, nc: int,
     if min(mr, nr, kc, mc, nc, parallel) < 1:
         raise ScheduleError(f"kernel @{kernel.name}: gemm %{loop}: tile and block sizes and"
                             " the task count must be positive")
-    names = _Names(kernel)
+    names = FreshNames(kernel)
     body = apply_gemm(names, g, GemmSchedule(mr, nr, kc, mc, nc, bool(pack_a), parallel))
     at = kernel.body.index(top)
     scheduled = dataclasses.replace(kernel, body=[*kernel.body[:at], *body,
@@ -806,35 +805,3 @@ def gemm(kernel: Kernel, loop: str, mr: int, nr: int, kc: int, mc: int, nc: int,
                                     locals=[*kernel.locals, *names.locals])
     # A one-column tile's write-back has no vector code: its loop runs serially.
     return verify_kernel(simplify_kernel(serial_unless_vectorizable(scheduled)))
-
-
-class _Names:
-    """Fresh loop variables and locals for a nest built into `kernel`, numbered on from
-    its own as its lowering numbers them (`i2` -> `task3`; locals `t<n>`)."""
-
-    def __init__(self, kernel: Kernel):
-        self.taken = {b.name for b in (*kernel.params, *kernel.locals)}
-        loops = [s.var.name for s in kernel.walk() if isinstance(s, For)]
-        self.taken |= set(loops)
-        numbers = [int(m.group()) for name in loops if (m := re.search(r"\d+$", name))]
-        self.next = max(numbers, default=-1) + 1
-        self.first_local = len(kernel.locals)
-        self.locals: list[Buffer] = []
-        # The epilogue is in the nest (Gemm.result), where the builder sees it: no lowering
-        # has to say whether it is heavy (as a conv's, scheduled in its lowering, does).
-        self.heavy_epilogue = False
-
-    def var(self, hint: str) -> Var:
-        while f"{hint}{self.next}" in self.taken:
-            self.next += 1
-        self.next += 1
-        return Var(f"{hint}{self.next - 1}")
-
-    def local(self, dtype: DType, shape=()) -> Buffer:
-        n = self.first_local + len(self.locals)
-        while f"t{n}" in self.taken:
-            n += 1
-        buffer = Buffer(f"t{n}", dtype, tuple(shape))
-        self.taken.add(buffer.name)
-        self.locals.append(buffer)
-        return buffer

@@ -1,5 +1,7 @@
-"""Tuning the parameters of a kernel's schedule ("knobs"): the rows a depthwise conv sums
-at once, an attention kernel's block of keys, a pool's vector width.
+"""Tuning the parameters of a schedule that a lowering still builds ("knobs"): the rows a
+depthwise conv sums at once, an attention kernel's block of keys. (A scheduling-stage
+step's parameters, a pool's, are searched by ember/loops/schedule.py through
+`search_texts`; a matmul's by ember/loops/tune/gemm.py.)
 
 A schedule (ember/loops/schedules/) asks the lowering context for its parameters by name,
 with their defaults and the values worth trying (declared as data, `PARAMETERS`, and asked
@@ -117,18 +119,26 @@ def tune_kernel(lower: Lower, asked: KnobValues, kernel: Kernel, key: str, outpu
     options = value_sets(asked.asked)
     texts = [print_kernel(schedule_kernel(lower(KnobValues(values)), tuning.target))
              for values in options]
-    first: dict[str, int] = {}  # value sets that lower alike (clamped by a small kernel)
+    winner, seconds, tried = search_texts(key, kernel, texts, outputs, tuning)
+    record = {"knobs": options[winner], "seconds": seconds, "tried": tried}
+    tuning.store(key, record)
+    return record
+
+
+def search_texts(key: str, kernel: Kernel, texts: list[str], outputs: int,
+                 tuning: Tuning) -> tuple[int, float, int]:
+    """Time the scheduled kernels `texts` (the defaults' first; those that print alike
+    once) in a worker within the session's budget: (the winner's position, its seconds,
+    how many ran). The defaults stay unless another is clearly faster: a win within the
+    noise of timing a short kernel would change code for nothing."""
+    first: dict[str, int] = {}  # value sets that schedule alike (clamped by a small kernel)
     for i, text in enumerate(texts):
         first.setdefault(text, i)
     results = ", ".join(f"{p.dtype.value}[{','.join(map(str, p.shape))}]"
                         for p in kernel.params[len(kernel.params) - outputs:])
     measured = search(f"{key.split('/', 1)[0]} -> {results}", list(first.values()),
                       lambda i: (tuning.measure, texts[i], outputs), tuning.budget_seconds)
-    # The defaults (tried first) stay unless another set is clearly faster: a win within
-    # the noise of timing a short kernel would change code for nothing.
     winner, seconds = min(measured, key=lambda m: m[1], default=(0, float("nan")))
     if measured and measured[0][0] == 0 and seconds > (1 - MIN_GAIN) * measured[0][1]:
         winner, seconds = measured[0]
-    record = {"knobs": options[winner], "seconds": seconds, "tried": len(measured)}
-    tuning.store(key, record)
-    return record
+    return winner, seconds, len(measured)

@@ -3,9 +3,9 @@
 Pools reduce each output element's window into a local scalar, reading only the taps
 inside the input (an `If` guards axes where a tap can fall into the padding or past the
 end of a ceil_mode window): for max_pool the padding never wins, for avg_pool it adds 0
-and the divisor follows the reference's count_include_pad rule. A 2-D f32 max or average
-pool gets the pool schedule instead (`pool_rows`; ember/loops/schedules/pool.py: vectors
-of output columns).
+and the divisor follows the reference's count_include_pad rule. This plain nest is the
+algorithm: the scheduling stage gives a 2-D f32 one the pool schedule
+(ember/loops/schedules/pool.py: vectors of output columns).
 
 `resize` computes, per resized axis, the source indices and weights of an output index
 in the loop body (in f64, as the reference does), in tables local to the kernel filled
@@ -36,7 +36,6 @@ from ember.loops.ir import (
 )
 from ember.loops.lower.core import LowerContext, lowering
 from ember.loops.lower.ops.linalg import accumulator, compute_load, reduce_into, store_result
-from ember.loops.schedules.pool import Pool2d, schedule_pool_rows
 from ember.loops.windows import all_of, window_checks, window_position
 
 # -- max_pool / avg_pool ------------------------------------------------------------------
@@ -74,31 +73,8 @@ def pool(ctx: LowerContext, geometry, init: Expr, combine: str, finish) -> list[
     return ctx.nest(ctx.outputs[0].shape, element)
 
 
-def pool_rows(ctx: LowerContext, combine: str, dilations=(), finish=None) -> list[Stmt] | None:
-    """A 2-D f32 max or average pool (`combine` max or add) through the pool schedule, or
-    None for other pools: the windows of x reduced from the combine's identity (-inf, 0),
-    `finish(total, row, col)` making the stored value (the average's division by its
-    window's count)."""
-    x, out = ctx.inputs[0], ctx.outputs[0]
-    f32 = DType.f32
-    if len(x.shape) != 4 or x.dtype is not f32 or out.dtype is not f32 or 0 in out.shape:
-        return None
-    kernel, strides, pb, _, dilations, (oh_n, ow_n) = pool_geometry(ctx, dilations)
-    window = Pool2d(*out.shape[:2], oh_n, ow_n, x.shape[2:], kernel, strides, pb, dilations)
-    identity = Const(-np.inf if combine == "max" else 0.0, f32)
-
-    def store(index: list[Expr], total: Expr) -> Stmt:
-        value = finish(total, index[2], index[3]) if finish is not None else total
-        return store_result(ctx, index, value)
-
-    return schedule_pool_rows(ctx, window, combine, identity, lambda i: ctx.load(0, i), store)
-
-
 @lowering("max_pool")
 def max_pool(ctx: LowerContext):
-    fast = pool_rows(ctx, "max", ctx.attrs["dilations"])
-    if fast is not None:
-        return fast
     dtype = ctx.inputs[0].dtype.compute
     lowest = -np.inf if dtype.is_float else np.iinfo(dtype.np).min
     geometry = pool_geometry(ctx, ctx.attrs["dilations"])
@@ -129,10 +105,6 @@ def avg_pool(ctx: LowerContext):
             total = total * avg_count(*args, include_pad)
         return total
 
-    fast = pool_rows(ctx, "add", finish=lambda total, row, col: Binary(
-        "div", total, Cast(DType.f32, count([row, col]))))
-    if fast is not None:
-        return fast
     return pool(ctx, geometry, ctx.const(0, dtype), "add",
                 lambda total, o: Binary("div", total, Cast(dtype, count(o))))
 
