@@ -53,6 +53,7 @@ from ember.loops.ir import (
     walk_expr,
     walk_stmts,
 )
+from ember.loops.schedules.depthwise import depthwise_conv
 from ember.loops.schedules.gemm import gemm
 from ember.loops.schedules.pool import pool
 from ember.loops.verify import verify_kernel
@@ -530,6 +531,9 @@ PRIMITIVES: dict[str, tuple[Callable[..., Kernel], tuple[str, ...]]] = {
     # A plain 2-D pool nest as vectors of output columns (lanes chains;
     # ember/loops/schedules/pool.py).
     "pool": (pool, ("loop", "int", "int")),
+    # A plain depthwise conv nest through a padded plane (lanes chains;
+    # ember/loops/schedules/depthwise.py).
+    "depthwise_conv": (depthwise_conv, ("loop", "int", "int")),
 }
 _NAME = re.compile(r"[A-Za-z0-9_.$]+")  # a %name of the loop-IR text, without the %
 

@@ -41,6 +41,7 @@ from ember.loops.ir import (
     walk_stmts,
 )
 from ember.loops.primitives import Schedule, Step, _split
+from ember.loops.schedules import depthwise as depthwise_schedules
 from ember.loops.schedules import gemm as gemm_schedules
 from ember.loops.schedules import pool as pool_schedules
 from ember.loops.simplify import simplify_kernel
@@ -161,14 +162,14 @@ class NestClass:
 
     step: str  # the primitive's name (ember/loops/primitives.py), also the tuning key's
     nests: Callable[[Kernel], list[tuple[str, object]]]
-    defaults: Callable[[Target], dict[str, int]]
+    defaults: Callable[[object, Target], dict[str, int]]  # (nest, target) -> values
     choices: dict[str, tuple[int, ...]]
 
 
-NEST_CLASSES = (
-    NestClass("pool", pool_schedules.pool_nests, pool_schedules.default_parameters,
-              {name: values for name, (_, values) in pool_schedules.PARAMETERS.items()}),
-)
+NEST_CLASSES = tuple(
+    NestClass(step, module.nests, module.default_parameters,
+              {name: values for name, (_, values) in module.PARAMETERS.items()})
+    for step, module in (("pool", pool_schedules), ("depthwise_conv", depthwise_schedules)))
 
 NestSteps = list[tuple[str, str, dict[str, int]]]  # (step, outer loop, parameters)
 
@@ -181,8 +182,8 @@ def _nest_steps(kernel: Kernel, target: Target, tuning: Tuning | None,
     `tuning.chosen` under `<step>/<hash of the nest>`."""
     found: NestSteps = []
     for cls in NEST_CLASSES:
-        for loop, _ in cls.nests(kernel):
-            values = cls.defaults(target)
+        for loop, nest in cls.nests(kernel):
+            values = cls.defaults(nest, target)
             if tuning is not None:
                 top = [s for s in kernel.body if isinstance(s, For) and s.var.name == loop]
                 key = kernel_key(Kernel(kernel.name, kernel.params, top, kernel.locals),
@@ -208,8 +209,8 @@ def _search_nest(kernel: Kernel, target: Target, tuning: Tuning, matmuls: list,
     texts = []
     for values in options:
         steps = [*before, (cls.step, loop, values)]
-        steps += [(c.step, name, c.defaults(target)) for c in NEST_CLASSES
-                  for name, _ in c.nests(kernel) if name not in {s[1] for s in steps}]
+        steps += [(c.step, name, c.defaults(nest, target)) for c in NEST_CLASSES
+                  for name, nest in c.nests(kernel) if name not in {s[1] for s in steps}]
         texts.append(print_kernel(_default_scheduling(kernel, target, matmuls, steps).kernel))
     outputs = len(stored_buffers(kernel.body) & {b.name for b in kernel.params})
     winner, seconds, tried = search_texts(key, kernel, texts, outputs, tuning)
@@ -352,7 +353,10 @@ def _default_scheduling(kernel: Kernel, target: Target, matmuls: list | None = N
     _block_matmuls(scheduling, target, matmuls)
     for step, loop, values in (_nest_steps(kernel, target, None, matmuls)
                                if nests is None else nests):
-        scheduling.apply(step, loop, *values.values())
+        try:
+            scheduling.apply(step, loop, *values.values())
+        except ScheduleError:
+            continue  # (a depthwise conv's plane too large for the stack) the plain nest
     _block_transposes(scheduling, target)
     _parallelize_nests(scheduling, MIN_PARALLEL_WORK)
     _vectorize_inner_loops(scheduling, target)

@@ -290,7 +290,7 @@ def test_depthwise_strided_plane_copies_are_strided_loads(stride: int) -> None:
     b.output(b.conv(b.input("x", "f32", (1, 4, 40, 40)), b.input("w", "f32", (4, 1, 3, 3)),
                     strides=(stride, stride), pads=(1, 1, 1, 1), groups=4))
     graph = b.build()
-    (kernel,) = lower_graph(graph, target=HOST).kernels
+    (kernel,) = schedule_program(lower_graph(graph, target=HOST), HOST).kernels
     plane = kernel.locals[0].name
     shapes = {p.name: p.shape for p in kernel.params}
     copies = [s for s in walk_stmts(kernel.body) if isinstance(s, For)
@@ -320,9 +320,29 @@ def test_depthwise_sums_a_group_of_output_vectors_at_once(height: int, width: in
     b.output(b.conv(b.input("x", "f32", (1, 3, height, width)),
                     b.input("w", "f32", (3, 1, 3, 3)), pads=(1, 1, 1, 1), groups=3))
     graph = b.build()
-    (kernel,) = lower_graph(graph, target=HOST).kernels
+    (kernel,) = schedule_program(lower_graph(graph, target=HOST), HOST).kernels
     assert kernel.locals[1].shape == (chains, min(16, width))
     x, w = data(1, 3, height, width), data(3, 1, 3, 3)
     got = ember.compile(graph, config=CPU)(x, w)[0]
     want = torch_conv(x, w, None, (1, 1), (1, 1, 1, 1), (1, 1), 3)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_depthwise_step_takes_a_channel_multiplier_and_leaves_a_large_plane_plain(
+        monkeypatch) -> None:
+    """The step reads the plain nest, not the op: a conv with two output channels per input
+    channel (each reads one) gets the depthwise schedule, its x read at channel m // 2;
+    a plane larger than the stack budget keeps the plain nest. Both compute the conv."""
+    from ember.loops.schedules import depthwise
+
+    graph = conv_graph((1, 3, 10, 12), (6, 1, 3, 3), True, (1, 1), (1, 1, 1, 1), (1, 1), 3)
+    x, w, bias = data(1, 3, 10, 12), data(6, 1, 3, 3), data(6)
+    want = torch_conv(x, w, bias, (1, 1), (1, 1, 1, 1), (1, 1), 3)
+    for budget, scheduled in ((depthwise.MAX_DEPTHWISE_PLANE, True), (64, False)):
+        monkeypatch.setattr(depthwise, "MAX_DEPTHWISE_PLANE", budget)
+        (kernel,) = schedule_program(lower_graph(graph, HOST), HOST).kernels
+        assert any(isinstance(e, Fma) for s in walk_stmts(kernel.body)
+                   for e in _exprs(s)) == scheduled
+        ember.driver.pipeline.clear_memory_cache()
+        got = ember.compile(graph, config=CPU)(x, w, bias)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

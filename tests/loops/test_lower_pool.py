@@ -204,13 +204,13 @@ VALUE = "%x0[%i0, %i1, sub(add(mul(%i2, 2), %i4), 1), sub(add(mul(%i3, 2), %i5),
     (GUARD, f"add({VALUE}, {VALUE.replace('mul(%i3, 2)', 'mul(%i3, 3)')})", False),
 ])
 def test_the_pool_step_takes_only_plain_window_nests(guard, value, found) -> None:
-    from ember.loops.schedules.pool import pool_nests
+    from ember.loops.schedules import pool
     from ember.loops.text import parse_kernel
 
     kernel = parse_kernel(PLAIN_POOL.replace("GUARD", guard).replace("VALUE", value))
-    nests = pool_nests(kernel)
+    nests = pool.nests(kernel)
     assert bool(nests) == found
     if found:
         (loop, nest), = nests
-        assert loop == "i0" and nest.pool.strides == (2, 2) and nest.pool.pads_begin == (1, 1)
-        assert nest.pool.in_sizes == (9, 10) and nest.combine == "max"
+        assert loop == "i0" and nest.strides == (2, 2) and nest.pads_begin == (1, 1)
+        assert nest.in_sizes == (9, 10) and nest.combine == "max"

@@ -21,7 +21,13 @@ Each tap is one vector load. At stride s > 1 the copy fills each phase with stri
 (every s-th input column); past MAX_LOAD_STRIDE it deals a row in one serial loop that
 stores s phases from s consecutive input columns, for LLVM's vectorizer. The lanes past
 the row's end read the plane's zero columns and are not stored. A plane too large for a
-thread's stack gets no schedule (the lowering keeps its plain nest).
+thread's stack gets no schedule (the kernel keeps its plain nest).
+
+The step `depthwise_conv <outer loop> lanes chains` applies this to the plain conv nest that
+`graph.conv` lowers to when each output channel reads one input channel (a window nest over
+(c, kh, kw) with c of one trip, summing x times w: ember/loops/schedules/window_nest.py);
+the plain nest's read of x (at the plane's positions), of w and its stores are instantiated
+at the new loops, so a fused producer, the bias and an epilogue come along.
 
 Reads from the target: the f32 lanes, the default L (one vector register); L and the
 vectors summed at once (R * U) are parameters.
@@ -33,11 +39,29 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ember.dtypes import DType
+from ember.errors import ScheduleError
 from ember.loops.analysis import MAX_LOAD_STRIDE
-from ember.loops.ir import Const, Expr, Fma, For, Load, Stmt, Store, Var, binary
-from ember.loops.schedules.conv import Conv2d, ConvTerms
+from ember.loops.ir import (
+    Binary,
+    Const,
+    Expr,
+    Fma,
+    For,
+    Kernel,
+    Load,
+    Stmt,
+    Store,
+    Var,
+    binary,
+    walk_expr,
+)
 from ember.loops.schedules.lanes import lane_chunks, largest_divisor, vector_loop
-from ember.loops.schedules.params import Parameters, chosen
+from ember.loops.schedules.names import FreshNames
+from ember.loops.schedules.params import Parameters
+from ember.loops.schedules.window_nest import WindowNest, replace_nest, window_nests
+from ember.loops.simplify import simplify_kernel
+from ember.loops.verify import verify_kernel
+from ember.target import Target
 
 F32 = DType.f32
 # lanes: output columns per vector (default: the target's f32 lanes); chains: output
@@ -46,29 +70,93 @@ PARAMETERS: Parameters = {"lanes": (16, (8, 16, 32)), "chains": (8, (1, 2, 4, 8,
 MAX_DEPTHWISE_PLANE = 1 << 16  # floats (256 KiB) of padded plane, on each thread's stack
 
 
-def schedule_depthwise_conv(ctx, conv: Conv2d, terms: ConvTerms) -> list[Stmt] | None:
-    """The scheduled nest of depthwise conv `conv` (its filter read as w[c, 0, kh, kw]),
-    or None when its plane does not fit MAX_DEPTHWISE_PLANE; `ctx` (a LowerContext) makes
-    its variables and locals and gives its parameters."""
-    (sh, sw), (pt, pl), (dh, dw) = conv.strides, conv.pads_begin, conv.dilations
-    nb, channels, oh_n, ow_n = conv.images, conv.channels_out, conv.out_rows, conv.out_cols
-    kh_n, kw_n = conv.kernel
-    h, wd = conv.in_rows, conv.in_cols
-    # Rows of an odd width (7 columns) measured slower with several chains: one by default.
-    parameters = chosen(ctx, "depthwise_conv", PARAMETERS, lanes=ctx.target.lanes(F32),
-                        chains=PARAMETERS["chains"][0] if ow_n % 2 == 0 else 1)
-    lanes = min(parameters["lanes"], ow_n)
+def _factors(nest: WindowNest) -> tuple[Expr, Expr] | None:
+    """(x's term, w's term) of a depthwise conv nest: the window's read times a filter read
+    that no output position enters, x's with no tap or channel variable outside its
+    positions; else None."""
+    term = nest.term
+    if not (isinstance(term, Binary) and term.op == "mul"):
+        return None
+    x, w = term.a, term.b
+    spatial, taps = set(nest.output[2:]), set(nest.reduction[1:])
+    marked = nest.at(x, {}, positions=(Const(0), Const(0)))
+    if any(isinstance(v, Var) and v.name in spatial for v in walk_expr(w)) or any(
+            isinstance(v, Var) and v.name in taps | spatial for v in walk_expr(marked)):
+        return None
+    return x, w
+
+
+def nests(kernel: Kernel) -> list[tuple[str, WindowNest]]:
+    """The top-level nests of `kernel` that are plain f32 2-D convs with one input channel
+    per output channel, each with its outermost loop's name: what the `depthwise_conv`
+    step schedules."""
+    return [(loop, nest) for loop, nest in window_nests(kernel, 3)
+            if nest.combine == "add" and nest.init == Const(0.0, F32)
+            and nest.reduction_extents[0] == 1 and _factors(nest) is not None]
+
+
+def default_parameters(nest: WindowNest, target: Target) -> dict[str, int]:
+    """One vector register of columns; 8 vectors at once, one for rows of an odd width
+    (7 columns measured slower with several chains)."""
+    return {"lanes": target.lanes(F32),
+            "chains": PARAMETERS["chains"][0] if nest.extents[3] % 2 == 0 else 1}
+
+
+def depthwise_conv(kernel: Kernel, loop: str, lanes: int, chains: int) -> Kernel:
+    """The schedule primitive: the plain depthwise conv nest of `loop` (a top-level loop of
+    `kernel`) through a padded plane, `lanes` output columns a vector, up to `chains`
+    vectors at once."""
+    nest = dict(nests(kernel)).get(loop)
+    if nest is None:
+        raise ScheduleError(f"kernel @{kernel.name}: %{loop} is not the outermost loop of a"
+                            " plain depthwise conv nest")
+    if min(lanes, chains) < 1:
+        raise ScheduleError(f"kernel @{kernel.name}: depthwise_conv %{loop}: lanes and"
+                            " chains must be positive")
+    if _plane(nest, lanes)[0] > MAX_DEPTHWISE_PLANE:
+        raise ScheduleError(f"kernel @{kernel.name}: depthwise_conv %{loop}: the padded"
+                            f" plane is larger than {MAX_DEPTHWISE_PLANE} floats")
+    scheduled = replace_nest(kernel, loop, nest.acc,
+                             lambda names: _depthwise_rows(names, nest, lanes, chains))
+    return verify_kernel(simplify_kernel(scheduled))
+
+
+def _plane(nest: WindowNest, lanes: int) -> tuple[int, int, int]:
+    """(floats, rows, columns per phase) of the padded plane at `lanes` columns a vector:
+    what the taps of every (padded) output position read. At column stride s its columns
+    are dealt into s phases (column c at phase c % s, position c // s), so that the
+    columns a tap reads for consecutive outputs lie next to each other: one vector load
+    per tap at any stride."""
+    (sh, sw), (dh, dw) = nest.strides, nest.dilations
+    oh_n, ow_n = nest.extents[2:]
+    kh_n, kw_n = nest.kernel
+    lanes = min(lanes, ow_n)
     blocks = (ow_n + lanes - 1) // lanes
-    # The plane's rows and columns: what the taps of every (padded) output position read.
-    # At column stride s its columns are dealt into s phases (column c at phase c % s,
-    # position c // s), so that the columns a tap reads for consecutive outputs lie next
-    # to each other: one vector load per tap at any stride.
     rows = (oh_n - 1) * sh + (kh_n - 1) * dh + 1
     cols = (blocks * lanes - 1) * sw + (kw_n - 1) * dw + 1
     per_phase = (cols + sw - 1) // sw
+    return rows * sw * per_phase, rows, per_phase
+
+
+def _depthwise_rows(names: FreshNames, nest: WindowNest, lanes: int, chains: int
+                    ) -> list[Stmt]:
+    """The scheduled nest of `nest` (the module docstring's)."""
+    x_term, w_term = _factors(nest)
+    n_var, m_var, oh_var, ow_var = nest.output
+    c_var, kh_var, kw_var = nest.reduction
+
+    def x_at(image: Expr, channel: Expr, ih: Expr, iw: Expr) -> Expr:
+        return nest.at(x_term, {n_var: image, m_var: channel, c_var: Const(0)},
+                       positions=(ih, iw))
+
+    (sh, sw), (pt, pl), (dh, dw) = nest.strides, nest.pads_begin, nest.dilations
+    nb, channels, oh_n, ow_n = nest.extents
+    kh_n, kw_n = nest.kernel
+    h, wd = nest.in_sizes
+    _, rows, per_phase = _plane(nest, lanes)
+    lanes = min(lanes, ow_n)
+    blocks = (ow_n + lanes - 1) // lanes
     row_size = sw * per_phase
-    if rows * row_size > MAX_DEPTHWISE_PLANE:
-        return None
     # The plane rounded up to whole vectors, so that zeroing it is loops of constant
     # trips: a write the verifier sees (locals are private to each parallel iteration).
     plane = (rows * row_size + lanes - 1) // lanes * lanes
@@ -76,29 +164,28 @@ def schedule_depthwise_conv(ctx, conv: Conv2d, terms: ConvTerms) -> list[Stmt] |
     # taps wait on each other, several vectors' interleave, and vertical neighbours share
     # the loads of their common rows. A group is `down` rows times `across` blocks of a
     # row, up to `chains` vectors.
-    chains = parameters["chains"]
     down = largest_divisor(oh_n, chains)
     across = largest_divisor(blocks, chains // down)
-    pad, acc = ctx.local(F32, (plane,)), ctx.local(F32, (down * across, lanes))
-    nc, oh, ow0, kh, kw, r, u = (ctx.var(v) for v in ("nc", "oh", "ow0", "kh", "kw", "r", "u"))
+    pad, acc = names.local(F32, (plane,)), names.local(F32, (down * across, lanes))
+    nc, oh, ow0, kh, kw, r, u = (names.var(v) for v in ("nc", "oh", "ow0", "kh", "kw", "r", "u"))
     n, c = (nc // channels, nc % channels) if nb > 1 else (Const(0), nc)
     col0 = (ow0 * across + u) * lanes
     row = oh * down + r
     chain = r * across + u
 
     def chunks(total: int, body: Callable[[Expr], list[Stmt]]) -> list[Stmt]:
-        return lane_chunks(ctx, total, lanes, body)
+        return lane_chunks(names, total, lanes, body)
 
     zero = chunks(plane, lambda i: [Store(pad.name, (i,), Const(0.0, F32))])
     # Input rows that land in the plane, and per phase the positions whose input column
     # iw = q * s + phase - pl is in the row (the rest stay zero: the padding).
     first_row, last_row = max(0, -pt), min(h, rows - pt)
-    ih = ctx.var("ih")
+    ih = names.var("ih")
     copies: list[Stmt] = []
 
     def deal(phase: int, i: Expr) -> Store:
         return Store(pad.name, (((ih + pt) * sw + phase) * per_phase + i,),
-                     terms.x([n, c, ih, i * sw + phase - pl]))
+                     x_at(n, c, ih, i * sw + phase - pl))
 
     spans = {}  # phase -> the positions whose input column is in the row
     for phase in range(sw):
@@ -118,7 +205,7 @@ def schedule_depthwise_conv(ctx, conv: Conv2d, terms: ConvTerms) -> list[Stmt] |
         # loads and deals with shuffles (a gather per phase measured slower).
         common = (max(lo for lo, _ in spans.values()), min(hi for _, hi in spans.values()))
         if common[1] >= common[0]:
-            i = ctx.var("i")
+            i = names.var("i")
             copies.append(For(i, Const(common[0]), Const(common[1] + 1),
                               [deal(phase, i) for phase in spans]))
             rest = {phase: [(low, common[0] - 1), (common[1] + 1, high)]
@@ -128,7 +215,7 @@ def schedule_depthwise_conv(ctx, conv: Conv2d, terms: ConvTerms) -> list[Stmt] |
         for phase, ranges in rest.items():
             for lo, hi in ranges:
                 if hi >= lo:
-                    j = ctx.var("i")
+                    j = names.var("i")
                     copies.append(For(j, Const(lo), Const(hi + 1), [deal(phase, j)]))
     copy = [For(ih, Const(first_row), Const(last_row), copies)]
 
@@ -138,7 +225,8 @@ def schedule_depthwise_conv(ctx, conv: Conv2d, terms: ConvTerms) -> list[Stmt] |
         shift = kw * dw
         at = (row * sh + kh * dh) * row_size + binary("mod", shift, sw) * per_phase + \
             col0 + jj + binary("floordiv", shift, sw)
-        value = Fma(Load(pad.name, (at,), F32), terms.w([c, 0, kh, kw]),
+        w = nest.at(w_term, {n_var: n, m_var: c, c_var: Const(0), kh_var: kh, kw_var: kw})
+        value = Fma(Load(pad.name, (at,), F32), w,
                     Load(acc.name, (chain, jj), F32))
         return [Store(acc.name, (chain, jj), value)]
 
@@ -151,13 +239,14 @@ def schedule_depthwise_conv(ctx, conv: Conv2d, terms: ConvTerms) -> list[Stmt] |
     # parallel (locals are private to each thread).
     full = Const(lanes)
     stop = binary("min", full, binary("sub", ow_n, col0)) if ow_n % lanes else full
-    body = [each_block([vector_loop(ctx, full, lambda jj: [Store(acc.name, (chain, jj),
+    body = [each_block([vector_loop(names, full, lambda jj: [Store(acc.name, (chain, jj),
                                                             Const(0.0, F32))])]),
             For(kh, Const(0), Const(kh_n),
-                [For(kw, Const(0), Const(kw_n), [each_block([vector_loop(ctx, full, tap)])], 1,
+                [For(kw, Const(0), Const(kw_n), [each_block([vector_loop(names, full, tap)])], 1,
                      "unrolled")], 1, "unrolled"),
-            each_block([vector_loop(ctx, stop, lambda jj: [terms.store(
-                [n, c, row, col0 + jj], Load(acc.name, (chain, jj), F32))])])]
+            each_block([vector_loop(names, stop, lambda jj: nest.result_at(
+                {n_var: n, m_var: c, oh_var: row, ow_var: col0 + jj},
+                Load(acc.name, (chain, jj), F32)))])]
     return [For(nc, Const(0), Const(nb * channels),
                 [*zero, *copy, For(oh, Const(0), Const(oh_n // down),
                                    [For(ow0, Const(0), Const(blocks // across), body)])])]

@@ -7,8 +7,9 @@ Windowed reads that can fall into the padding sit under an `If` on the input pos
 no kernel reads out of bounds; the checks are left out on axes that cannot leave the input.
 `conv_transpose` is a gather (each output element sums the kernel taps whose input
 position is integral and in range), not a scatter, so its output elements are independent.
-The window arithmetic is ember/loops/windows.py; the fast convs are scheduled nests from
-ember/loops/schedules/ (conv.py, depthwise.py, packed_conv.py).
+The window arithmetic is ember/loops/windows.py; the implicit-GEMM and packed convs are
+scheduled nests from ember/loops/schedules/ (conv.py, packed_conv.py); a depthwise conv's
+plain nest is scheduled by the scheduling stage (depthwise.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from ember.graph.ops.linalg import window_params
 from ember.loops.ir import Binary, Cast, Const, Expr, If, Load, Select, Stmt, Store, Var, binary
 from ember.loops.lower.core import LowerContext, lowering
 from ember.loops.schedules.conv import Conv2d, ConvAsGemm, ConvTerms, schedule_conv_gemm
-from ember.loops.schedules.depthwise import schedule_depthwise_conv
 from ember.loops.schedules.packed_conv import schedule_packed_conv
 from ember.loops.windows import all_of, position_checks, window_checks, window_position
 
@@ -153,10 +153,10 @@ def conv_terms(ctx: LowerContext) -> ConvTerms:
 
 @lowering("conv")
 def conv(ctx: LowerContext):
-    """An f32 2-D conv with one group is a GEMM per image (implicit GEMM, `conv_gemm`); a
-    depthwise one sums its taps on vectors of output columns (`depthwise_conv`); other convs
-    get the plain nest: per output element, a sum over (c, taps)."""
-    fast = conv_gemm(ctx) or depthwise_conv(ctx)
+    """An f32 2-D conv with one group is a GEMM per image (implicit GEMM, `conv_gemm`); other
+    convs get the plain nest: per output element, a sum over (c, taps), which the
+    scheduling stage gives a depthwise one's schedule (ember/loops/schedules/depthwise.py)."""
+    fast = conv_gemm(ctx)
     return fast if fast is not None else plain_conv(ctx)
 
 
@@ -200,24 +200,6 @@ def conv_gemm(ctx: LowerContext) -> list[Stmt] | None:
     store = store_result(ctx, [n, m, oh, ow], _add_bias(ctx, acc, m))
     return schedule_conv_gemm(ctx, ConvAsGemm(geometry, n, m, p, k, a, b, bool(conds),
                                               acc.buffer, store, lambda i: ctx.load(0, i)))
-
-
-def depthwise_conv(ctx: LowerContext) -> list[Stmt] | None:
-    """An f32 2-D depthwise conv (one input channel per output channel) through its schedule
-    (ember/loops/schedules/depthwise.py), or None for any other conv or one the schedule
-    does not take."""
-    x, w = ctx.inputs[:2]
-    out = ctx.outputs[0]
-    f32 = DType.f32
-    if (len(x.shape) != 4 or ctx.attrs["groups"] == 1 or ctx.attrs["groups"] != x.shape[1]
-            or w.shape[0] != x.shape[1] or w.shape[1] != 1
-            or any(b.dtype is not f32 for b in (*ctx.inputs, out)) or 0 in out.shape):
-        return None
-    strides, pb, _, dilations = window_params(2, ctx.attrs["strides"], ctx.attrs["pads"],
-                                              ctx.attrs["dilations"])
-    geometry = Conv2d(*out.shape, 1, *x.shape[2:], tuple(w.shape[2:]), strides, pb,
-                      dilations)
-    return schedule_depthwise_conv(ctx, geometry, conv_terms(ctx))
 
 
 @lowering("packed_conv")

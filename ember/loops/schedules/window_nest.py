@@ -1,0 +1,211 @@
+"""The plain nest of a 2-D windowed reduction (a pool's, a conv's), found in a kernel and
+instantiated at a schedule's loops: what the pool and depthwise conv steps start from.
+
+    for %n { for %m { for %oh { for %ow {               (from 0 by 1 to constants)
+      %acc[] = init
+      for [%c] { for %kh { for %kw {                     (c: a conv's input channels)
+        [if inside] { %acc[] = combine(%acc[], term) } } } }
+      (the stores of the total: a fused epilogue's scalars, then out[n, m, oh, ow])
+    } } } }
+
+The window's geometry is read from the term's reads: per spatial axis, every index that
+mentions the output variable is the same input position oh * s + kh * d - p (s, d >= 1)
+into a dimension of the same size, and the output variable appears nowhere else (so a
+schedule that runs lanes past the output's end reads only windows, which its checks
+guard). The `if` must be exactly the window's bounds check (`window_checks`), so that a
+schedule's checks stand in for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ember.dtypes import DType
+from ember.loops.analysis import affine_form
+from ember.loops.ir import (
+    INDEX,
+    Binary,
+    Const,
+    Expr,
+    For,
+    If,
+    Kernel,
+    Load,
+    Stmt,
+    Store,
+    Var,
+    binary,
+    loads_in,
+    map_expr,
+    walk_expr,
+    walk_stmts,
+)
+from ember.loops.schedules.gemm import element_result
+from ember.loops.schedules.names import FreshNames
+from ember.loops.windows import all_of, window_checks, window_position
+
+F32 = DType.f32
+
+
+@dataclass(frozen=True)
+class WindowNest:
+    """A plain windowed reduction nest (the module docstring's shape), f32 throughout."""
+
+    output: tuple[str, str, str, str]  # n, m, oh, ow
+    extents: tuple[int, int, int, int]  # N, M, OH, OW
+    reduction: tuple[str, ...]  # [c,] kh, kw
+    reduction_extents: tuple[int, ...]
+    acc: str
+    init: Const
+    combine: str
+    term: Expr
+    result: tuple[Store, ...]
+    strides: tuple[int, int]
+    dilations: tuple[int, int]
+    pads_begin: tuple[int, int]
+    in_sizes: tuple[int, int]  # the windowed dimensions' sizes (H, W)
+    positions: tuple[Expr, Expr]  # the input positions read, in the nest's variables
+
+    @property
+    def kernel(self) -> tuple[int, int]:
+        return self.reduction_extents[-2], self.reduction_extents[-1]
+
+    def at(self, e: Expr, values: dict[str, Expr], acc: Expr | None = None,
+           positions: tuple[Expr, Expr] | None = None) -> Expr:
+        """`e` (one of the nest's expressions) with its variables replaced by `values`,
+        the accumulator's load by `acc` and, when given, the window's input positions by
+        `positions` (x read at other positions); index arithmetic re-simplified."""
+        if positions is not None:
+            marks = {p: Var(f"%position{i}") for i, p in enumerate(self.positions)}
+            e = map_expr(e, lambda x: marks.get(x))
+            values = {**values, **{m.name: p for m, p in zip(marks.values(), positions)}}
+        scalar = Load(self.acc, (), F32)
+
+        def node(x: Expr) -> Expr | None:
+            if isinstance(x, Var):
+                return values.get(x.name)
+            if acc is not None and x == scalar:
+                return acc
+            if isinstance(x, Binary) and x.a.dtype is INDEX:
+                return binary(x.op, x.a, x.b)
+            return None
+
+        return map_expr(e, node)
+
+    def result_at(self, values: dict[str, Expr], acc: Expr) -> list[Stmt]:
+        """The stores of the total at `values`, the total read from `acc`."""
+        return [Store(s.buffer, tuple(self.at(i, values) for i in s.index),
+                      self.at(s.value, values, acc)) for s in self.result]
+
+
+def _extent(s: Stmt) -> int | None:
+    """The trip count of a plain loop (from 0 by 1 to a constant), else None."""
+    if isinstance(s, For) and s.start == Const(0) and s.step == 1 and \
+            isinstance(s.stop, Const) and s.kind == "serial":
+        return int(s.stop.value)
+    return None
+
+
+def match_window(top: For, shapes: dict[str, tuple[int, ...]], reduction_depth: int
+                 ) -> WindowNest | None:
+    """The windowed reduction that the nest `top` computes, with `reduction_depth` loops
+    around its term (the last two the taps), when it has the module docstring's shape."""
+    loops, body = [], [top]
+    while len(body) == 1 and _extent(body[0]) is not None and len(loops) < 4:
+        loops.append(body[0])
+        body = body[0].body
+    if len(loops) != 4 or len(body) < 3:
+        return None
+    init, reduce, *result = body
+    reduction = [reduce]
+    while len(reduction) < reduction_depth and len(reduction[-1].body) == 1 and \
+            _extent(reduction[-1].body[0]):
+        reduction.append(reduction[-1].body[0])
+    if not (isinstance(init, Store) and init.index == () and isinstance(init.value, Const)
+            and init.value.dtype is F32 and _extent(reduce)
+            and len(reduction) == reduction_depth and len(reduction[-1].body) == 1):
+        return None
+    acc, step, guard = init.buffer, reduction[-1].body[0], None
+    if isinstance(step, If) and not step.orelse and len(step.then) == 1:
+        guard, step = step.cond, step.then[0]
+    term = step.value if isinstance(step, Store) else None
+    if not (isinstance(step, Store) and step.buffer == acc and step.index == ()
+            and isinstance(term, Binary) and term.a == Load(acc, (), F32)
+            and term.b.dtype is F32):
+        return None
+    index = tuple(loop.var for loop in loops)
+    if not element_result(result, acc, index) or \
+            any(isinstance(x, Load) and x.buffer == acc for x in walk_expr(term.b)):
+        return None
+    out = [loop.var.name for loop in loops]
+    reduced = [loop.var.name for loop in reduction]
+    geometry = _geometry(term.b, out[2:], reduced[-2:], shapes)
+    if geometry is None:
+        return None
+    strides, dilations, pads, sizes, positions = geometry
+    extents = tuple(int(loop.stop.value) for loop in loops)
+    reduction_extents = tuple(int(loop.stop.value) for loop in reduction)
+    checks = window_checks([window_position(Var(o), Var(t), s, p, d) for o, t, s, p, d in
+                            zip(out[2:], reduced[-2:], strides, pads, dilations)],
+                           sizes, extents[2:], reduction_extents[-2:], strides, pads,
+                           dilations)
+    if guard != all_of(checks):
+        return None
+    return WindowNest(tuple(out), extents, tuple(reduced), reduction_extents, acc,
+                      init.value, term.op, term.b, tuple(result), strides, dilations, pads,
+                      sizes, positions)
+
+
+def _geometry(term: Expr, out: list[str], taps: list[str],
+              shapes: dict[str, tuple[int, ...]]):
+    """(strides, dilations, pads_begin, sizes, positions) of the window reads in `term`
+    (see the module docstring), or None."""
+    loads = [x for x in walk_expr(term) if isinstance(x, Load)]
+    axes = []
+    for o, t in zip(out, taps):
+        found = {(e, shapes[x.buffer][d]) for x in loads for d, e in enumerate(x.index)
+                 if any(isinstance(v, Var) and v.name == o for v in walk_expr(e))}
+        if len(found) != 1:
+            return None
+        (position, size), = found
+        form = affine_form(position, {o, t})
+        if form is None or form.rest != Const(0) or set(form.coefficients) != {o, t} or \
+                min(form.coefficients.values()) < 1 or form.constant > 0:
+            return None
+        axes.append((form.coefficients[o], form.coefficients[t], -form.constant, size,
+                     position))
+    positions = {a[4] for a in axes}
+    rest = map_expr(term, lambda x: Const(0) if x in positions else None)
+    if any(isinstance(x, Var) and x.name in out for x in walk_expr(rest)):
+        return None
+    return tuple(tuple(a[i] for a in axes) for i in range(5))
+
+
+def window_nests(kernel: Kernel, reduction_depth: int) -> list[tuple[str, WindowNest]]:
+    """The top-level nests of `kernel` that are windowed reductions with work in them,
+    each with its outermost loop's name."""
+    shapes = {b.name: b.shape for b in (*kernel.params, *kernel.locals)}
+    found = []
+    for top in kernel.body:
+        nest = match_window(top, shapes, reduction_depth) if isinstance(top, For) else None
+        if nest is not None and all(nest.extents):
+            found.append((top.var.name, nest))
+    return found
+
+
+def replace_nest(kernel: Kernel, loop: str, acc: str, build) -> Kernel:
+    """`kernel` with its top-level nest `loop` replaced by build(names) (a FreshNames of
+    the kernel without that nest, whose locals are added; the nest's accumulator `acc`
+    goes with it)."""
+    at = next(i for i, s in enumerate(kernel.body) if isinstance(s, For) and
+              s.var.name == loop)
+    rest = [*kernel.body[:at], *kernel.body[at + 1:]]
+    used = {x.buffer for x in loads_in(rest)} | {
+        s.buffer for s in walk_stmts(rest) if isinstance(s, Store)}
+    kept = dataclasses.replace(kernel, body=rest, locals=[
+        b for b in kernel.locals if b.name != acc or b.name in used])
+    names = FreshNames(kept)
+    body = build(names)
+    return dataclasses.replace(kept, body=[*rest[:at], *body, *rest[at:]],
+                               locals=[*kept.locals, *names.locals])
