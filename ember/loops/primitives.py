@@ -53,6 +53,7 @@ from ember.loops.ir import (
     walk_expr,
     walk_stmts,
 )
+from ember.loops.schedules.conv import conv_gemm
 from ember.loops.schedules.depthwise import depthwise_conv
 from ember.loops.schedules.gemm import gemm
 from ember.loops.schedules.pool import pool
@@ -530,6 +531,9 @@ PRIMITIVES: dict[str, tuple[Callable[..., Kernel], tuple[str, ...]]] = {
     "gemm": (gemm, ("loop", "int", "int", "int", "int", "int", "int", "int")),
     # A plain 2-D pool nest as vectors of output columns (lanes chains;
     # ember/loops/schedules/pool.py).
+    # A plain conv nest as an implicit GEMM blocked by a GemmSchedule (as gemm's;
+    # ember/loops/schedules/conv.py).
+    "conv_gemm": (conv_gemm, ("loop", "int", "int", "int", "int", "int", "int", "int")),
     "pool": (pool, ("loop", "int", "int")),
     # A plain depthwise conv nest through a padded plane (lanes chains;
     # ember/loops/schedules/depthwise.py).

@@ -22,6 +22,7 @@ import json
 import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from ember.dtypes import DType
 from ember.errors import ScheduleError, VerificationError
@@ -41,9 +42,11 @@ from ember.loops.ir import (
     walk_stmts,
 )
 from ember.loops.primitives import Schedule, Step, _split
+from ember.loops.schedules import conv as conv_schedules
 from ember.loops.schedules import depthwise as depthwise_schedules
 from ember.loops.schedules import gemm as gemm_schedules
 from ember.loops.schedules import pool as pool_schedules
+from ember.loops.schedules.params import Parameters
 from ember.loops.simplify import simplify_kernel
 from ember.loops.text import print_kernel
 from ember.loops.tune.context import Tuning, chosen_gemm_schedule
@@ -157,30 +160,55 @@ def _matmul_schedules(kernel: Kernel, target: Target, tuning: Tuning | None) -> 
 @dataclass(frozen=True)
 class NestClass:
     """A class of plain nests that one composite step schedules (besides matmuls): how to
-    find them in a kernel, the step's parameters (their defaults on a target, in the
-    step's argument order, and the values a search tries)."""
+    find them in a kernel, the step's parameters (their defaults for a nest on a target,
+    and the values a search tries), and the step's arguments for given values."""
 
     step: str  # the primitive's name (ember/loops/primitives.py), also the tuning key's
-    nests: Callable[[Kernel], list[tuple[str, object]]]
-    defaults: Callable[[object, Target], dict[str, int]]  # (nest, target) -> values
-    choices: dict[str, tuple[int, ...]]
+    nests: Callable[[Kernel], list[tuple[str, Any]]]
+    defaults: Callable[[Any, Target], dict[str, int]]  # (nest, target) -> values
+    choices: Callable[[Target], dict[str, tuple[int, ...]]]
+    # (nest, values, target) -> the step's arguments after its loop; None: the values
+    arguments: Callable[[Any, dict[str, int], Target], tuple] | None = None
+
+    def make_step(self, loop: str, nest: Any, values: dict[str, int], target: Target) -> Step:
+        args = tuple(values.values()) if self.arguments is None else \
+            self.arguments(nest, values, target)
+        return Step(self.step, (loop, *args))
 
 
-NEST_CLASSES = tuple(
-    NestClass(step, module.nests, module.default_parameters,
-              {name: values for name, (_, values) in module.PARAMETERS.items()})
-    for step, module in (("pool", pool_schedules), ("depthwise_conv", depthwise_schedules)))
+def _choices(parameters: Parameters) -> dict[str, tuple[int, ...]]:
+    return {name: values for name, (_, values) in parameters.items()}
 
-NestSteps = list[tuple[str, str, dict[str, int]]]  # (step, outer loop, parameters)
+
+NEST_CLASSES = (
+    NestClass("conv_gemm", conv_schedules.nests, conv_schedules.default_parameters,
+              lambda target: _choices(conv_schedules.parameters(target)),
+              conv_schedules.step_arguments),
+    NestClass("pool", pool_schedules.nests, pool_schedules.default_parameters,
+              lambda target: _choices(pool_schedules.PARAMETERS)),
+    NestClass("depthwise_conv", depthwise_schedules.nests,
+              depthwise_schedules.default_parameters,
+              lambda target: _choices(depthwise_schedules.PARAMETERS)),
+)
+
+
+@dataclass(frozen=True)
+class NestStep:
+    """A nest's composite step: its class, the parameters chosen, the step they make."""
+
+    cls: NestClass
+    loop: str
+    values: dict[str, int]
+    step: Step
 
 
 def _nest_steps(kernel: Kernel, target: Target, tuning: Tuning | None,
-                matmuls: list) -> NestSteps:
+                matmuls: list) -> list[NestStep]:
     """The composite step of each nest of a NEST_CLASSES class in `kernel`: its
     parameters are the session's (given back, or found by a search: each candidate
     scheduled in full and timed), else the target's defaults; each noted in
     `tuning.chosen` under `<step>/<hash of the nest>`."""
-    found: NestSteps = []
+    found: list[NestStep] = []
     for cls in NEST_CLASSES:
         for loop, nest in cls.nests(kernel):
             values = cls.defaults(nest, target)
@@ -191,26 +219,28 @@ def _nest_steps(kernel: Kernel, target: Target, tuning: Tuning | None,
                 record = tuning.lookup(key)
                 if record is None and tuning.searching:
                     record = _search_nest(kernel, target, tuning, matmuls, found,
-                                          (cls, loop, values, key))
+                                          (cls, loop, nest, values, key))
                 given = record.get("schedule", {}) if isinstance(record, dict) else {}
                 values = {n: int(given.get(n, v)) for n, v in values.items()}
                 tuning.chosen[key] = {"schedule": values}
-            found.append((cls.step, loop, values))
+            found.append(NestStep(cls, loop, values, cls.make_step(loop, nest, values, target)))
     return found
 
 
 def _search_nest(kernel: Kernel, target: Target, tuning: Tuning, matmuls: list,
-                 before: NestSteps, candidate) -> dict:
+                 before: list[NestStep], candidate) -> dict:
     """Time the kernel scheduled with each candidate set of one nest's parameters (the
     nests before it with theirs, those after with their defaults); store the winner."""
-    cls, loop, defaults, key = candidate
+    cls, loop, nest, defaults, key = candidate
     options = [values[cls.step] for values in
-               value_sets({cls.step: (defaults, cls.choices)})]
+               value_sets({cls.step: (defaults, cls.choices(target))})]
+    later = [NestStep(c, name, v := c.defaults(other, target), c.make_step(name, other, v, target))
+             for c in NEST_CLASSES for name, other in c.nests(kernel)
+             if name != loop and name not in {s.loop for s in before}]
     texts = []
     for values in options:
-        steps = [*before, (cls.step, loop, values)]
-        steps += [(c.step, name, c.defaults(nest, target)) for c in NEST_CLASSES
-                  for name, nest in c.nests(kernel) if name not in {s[1] for s in steps}]
+        steps = [*before, NestStep(cls, loop, values, cls.make_step(loop, nest, values, target)),
+                 *later]
         texts.append(print_kernel(_default_scheduling(kernel, target, matmuls, steps).kernel))
     outputs = len(stored_buffers(kernel.body) & {b.name for b in kernel.params})
     winner, seconds, tried = search_texts(key, kernel, texts, outputs, tuning)
@@ -343,7 +373,7 @@ def default_kernel_schedule(kernel: Kernel, target: Target) -> Schedule:
 
 
 def _default_scheduling(kernel: Kernel, target: Target, matmuls: list | None = None,
-                        nests: NestSteps | None = None) -> _Scheduling:
+                        nests: list[NestStep] | None = None) -> _Scheduling:
     """The default schedule derived on `kernel`: its steps and the kernel they made (so
     that a compile applies them once). `matmuls` and `nests`: its `_matmul_schedules` and
     `_nest_steps`, when known."""
@@ -351,10 +381,9 @@ def _default_scheduling(kernel: Kernel, target: Target, matmuls: list | None = N
     if matmuls is None:
         matmuls = _matmul_schedules(kernel, target, None)
     _block_matmuls(scheduling, target, matmuls)
-    for step, loop, values in (_nest_steps(kernel, target, None, matmuls)
-                               if nests is None else nests):
+    for nest in _nest_steps(kernel, target, None, matmuls) if nests is None else nests:
         try:
-            scheduling.apply(step, loop, *values.values())
+            scheduling.apply(nest.step.name, *nest.step.args)
         except ScheduleError:
             continue  # (a depthwise conv's plane too large for the stack) the plain nest
     _block_transposes(scheduling, target)
@@ -388,7 +417,7 @@ def schedule_program(program: Program, target: Target, tuning: Tuning | None = N
             # parameters: an edited one (its own record) is then what the kernel gets.
             fingerprint = nest_fingerprint(simplified,
                                            [asdict(chosen) for *_, chosen in matmuls]
-                                           + [values for *_, values in nests])
+                                           + [nest.values for nest in nests])
             record = tuning.lookup(key)
         schedule = _given_schedule(kernel.name, record, fingerprint) if record else None
         if schedule is not None:

@@ -99,6 +99,28 @@ def test_an_edited_schedule_gives_that_code(tmp_path) -> None:
                                atol=1e-4)
 
 
+def test_an_edited_conv_schedule_gives_that_code(tmp_path) -> None:
+    """The conv's implicit GEMM is a scheduling step too: its record (the tile and blocks,
+    fitted to the conv when the step is made) edited to a tile of 2 rows gives that tile."""
+    graph = model()
+    _, chosen = llvm_ir(graph, CPU)
+    key = next(k for k in chosen if k.startswith("conv_gemm/"))
+    assert set(chosen[key]["schedule"]) == {"mr", "nr", "mc", "nc", "parallel"}
+    chosen[key]["schedule"]["mr"] = 2
+    path = tmp_path / "conv.json"
+    path.write_text(json.dumps(chosen))
+    config = ember.Config(executor="cpu", disk_cache=False, schedules=str(path))
+    with pytest.warns(UserWarning, match="written for another loop nest"):
+        program, _ = lower_to_program(graph, resolve(config))
+        compiled = ember.compile(graph, config=config)
+    conv = next(k for k in program.kernels if k.name.endswith("_conv_max"))  # conv + relu
+    nr = chosen[key]["schedule"]["nr"]
+    assert any(b.shape == (2, nr) for b in conv.locals), conv.locals
+    x = RNG.standard_normal((1, 8, 16, 16)).astype(np.float32)
+    np.testing.assert_allclose(compiled(x)[0], ember.interpret(graph, [x])[0], rtol=1e-4,
+                               atol=1e-4)
+
+
 def test_edited_primitives_give_that_code_and_are_checked(tmp_path) -> None:
     """A kernel's schedule as primitives: dropping the vectorization of an elementwise
     kernel gives serial code that computes the same; a primitive that cannot apply is an

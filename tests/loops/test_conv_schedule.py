@@ -97,7 +97,7 @@ def test_conv_nest_is_the_gemm_schedule() -> None:
     """A padded 3x3 conv is the blocked GEMM: a parallel task loop, a vector-FMA
     micro-kernel, and B packed through a select (zeros in the padding), not an If."""
     graph = conv_graph((1, 16, 28, 28), (32, 16, 3, 3), True, (1, 1), (1, 1, 1, 1), (1, 1))
-    (kernel,) = lower_graph(graph, target=HOST).kernels
+    (kernel,) = schedule_program(lower_graph(graph, target=HOST), HOST).kernels
     loops = [s for s in walk_stmts(kernel.body) if isinstance(s, For)]
     kinds = {loop.kind for loop in loops}
     assert {"parallel", "vectorized", "unrolled"} <= kinds
@@ -113,7 +113,7 @@ def _exprs(stmt):
 
 def test_grouped_conv_keeps_the_plain_nest() -> None:
     graph = conv_graph((1, 4, 6, 6), (4, 2, 3, 3), False, (1, 1), (1, 1, 1, 1), (1, 1), 2)
-    (kernel,) = lower_graph(graph, target=HOST).kernels
+    (kernel,) = schedule_program(lower_graph(graph, target=HOST), HOST).kernels
     assert not any(isinstance(s, For) and s.kind == "parallel"
                    for s in walk_stmts(kernel.body))
     x, w = data(1, 4, 6, 6), data(4, 2, 3, 3)
@@ -198,7 +198,7 @@ def test_panels_inside_a_row_load_row_segments() -> None:
     from ember.loops.analysis import access_kind
 
     graph = conv_graph((1, 8, 20, 40), (16, 8, 3, 3), False, (1, 1), (1, 1, 1, 1), (1, 1))
-    (kernel,) = lower_graph(graph, target=HOST).kernels
+    (kernel,) = schedule_program(lower_graph(graph, target=HOST), HOST).kernels
     shapes = {b.name: b.shape for b in kernel.params}
     kinds = set()
     for loop in walk_stmts(kernel.body):
@@ -260,7 +260,7 @@ def test_unpadded_panels_are_masked_row_segments(width: int, stride: int) -> Non
 
     graph = conv_graph((1, 4, width + 2, width + 2), (16, 4, 3, 3), False, (stride, stride),
                        (0, 0, 0, 0), (1, 1))
-    (kernel,) = lower_graph(graph, target=HOST).kernels
+    (kernel,) = schedule_program(lower_graph(graph, target=HOST), HOST).kernels
     shapes = {b.name: b.shape for b in (*kernel.params, *kernel.locals)}
     kinds = set()
     for loop in walk_stmts(kernel.body):

@@ -29,7 +29,8 @@ conv_padding = PatternTable()
 
 
 def gemm_conv(op: Op) -> bool:
-    """Whether `op` is a conv that lowers to an implicit GEMM (`conv_gemm`'s conditions)."""
+    """Whether `op` is a conv that the scheduling stage makes an implicit GEMM (an f32 2-D
+    conv with one group: ember/loops/schedules/conv.py)."""
     x, w = op.operands[:2]
     return (op.name == "conv" and len(x.shape) == 4 and op.attrs["groups"] == 1
             and all(v.dtype is DType.f32 for v in (*op.operands, op.result))

@@ -1,5 +1,10 @@
 """The implicit-GEMM schedule of a 2-D convolution: out[n] = W (M x K) times im2col(x[n])
-(K x P), blocked by the matmul schedule (ember/loops/schedules/gemm.py). B is never stored:
+(K x P), blocked by the matmul schedule (ember/loops/schedules/gemm.py). The step
+`conv_gemm <outer loop> mr nr kc mc nc pack_a parallel` applies it to the plain conv nest
+that `graph.conv` lowers to (a window nest over (c, kh, kw) summing x times w, x read at
+the reduced channel: ember/loops/schedules/window_nest.py), as k = (c, kh, kw) and
+p = (oh, ow); the plain nest's reads of x and w and its stores are instantiated at the
+GEMM's variables, so a fused producer, the bias and an epilogue come along. B is never stored:
 the schedule's packing of B gathers it from x, so its panels are dense and the micro-kernel
 is the matmul's. Without padding, a panel's lanes read row segments of x (masked, or
 strided vector loads up to MAX_LOAD_STRIDE); at column stride 1, a panel inside one output
@@ -18,11 +23,30 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ember.dtypes import DType
+from ember.errors import ScheduleError
 from ember.loops.analysis import MAX_LOAD_STRIDE
-from ember.loops.ir import Binary, Const, Expr, Select, Stmt, Store, Var, binary
-from ember.loops.schedules.gemm import Gemm, GemmSchedule, apply_gemm, conv_tile, fit_schedule
-from ember.loops.schedules.params import Parameters, chosen
-from ember.loops.windows import all_of, window_position
+from ember.loops.ir import Binary, Const, Expr, Kernel, Load, Select, Stmt, Var, binary
+from ember.loops.schedules.gemm import (
+    Gemm,
+    GemmSchedule,
+    apply_gemm,
+    conv_tile,
+    fit_schedule,
+    gemm_step,
+)
+from ember.loops.schedules.lanes import serial_unless_vectorizable
+from ember.loops.schedules.names import FreshNames
+from ember.loops.schedules.params import Parameters
+from ember.loops.schedules.window_nest import (
+    WindowNest,
+    mentions,
+    product_terms,
+    replace_nest,
+    window_nests,
+)
+from ember.loops.simplify import simplify_kernel
+from ember.loops.verify import verify_kernel
+from ember.loops.windows import all_of, position_checks, window_position
 from ember.target import Target
 
 F32 = DType.f32
@@ -69,8 +93,8 @@ class ConvAsGemm:
     """A conv as out[n, m, p] = sum_k a * b over its plain nest's variables n, m, p, k:
     `a` is W[m, k] read in place, `b` im2col(x)[n, k, p] (x at the window position, a
     select giving 0 in the padding when `padded`). `acc` is the plain sum's scalar and
-    `store` the output's store of it (with the epilogue); `x(index)` reads x at [image,
-    channel, row, column], for the packing's other forms of B."""
+    `result` the stores of it (a fused epilogue's, then the output's); `x(index)` reads x
+    at [image, channel, row, column], for the packing's other forms of B."""
 
     conv: Conv2d
     n: Var
@@ -81,7 +105,7 @@ class ConvAsGemm:
     b: Expr
     padded: bool
     acc: str
-    store: Store
+    result: tuple[Stmt, ...]
     x: Callable[[list[Expr]], Expr]
 
 
@@ -95,11 +119,101 @@ def parameters(target: Target) -> Parameters:
             "parallel": (default.parallel, (2, 4, 8))}
 
 
-def schedule_conv_gemm(ctx, conv: ConvAsGemm) -> list[Stmt]:
-    """The scheduled nest of `conv`; `ctx` (a LowerContext) makes its variables and locals
-    and gives its parameters. A, the filter, is read in place: its index splits k into (c,
-    kh, kw), which code generation addresses by k itself (flatten_index), so copying its blocks
-    would only copy them (figures: docs/decisions.md)."""
+def nests(kernel: Kernel) -> list[tuple[str, WindowNest]]:
+    """The top-level nests of `kernel` that are plain f32 2-D convs whose input channel is
+    the reduced one (x's read does not follow the output channel, w's not the image), each
+    with its outermost loop's name: what the `conv_gemm` step schedules."""
+    found = []
+    for loop, nest in window_nests(kernel, 3):
+        terms = product_terms(nest) if nest.combine == "add" and \
+            nest.init == Const(0.0, F32) else None
+        if terms and not mentions(terms[0], {nest.output[1]}) and \
+                not mentions(terms[1], {nest.output[0]}):
+            found.append((loop, nest))
+    return found
+
+
+def default_parameters(nest: WindowNest, target: Target) -> dict[str, int]:
+    """The tile and blocks of `parameters(target)` (the step fits them to the conv)."""
+    return {name: value for name, (value, _) in parameters(target).items()}
+
+
+def step_arguments(nest: WindowNest, values: dict[str, int], target: Target) -> tuple:
+    """The `conv_gemm` step's arguments for `values`: the GemmSchedule they make, fitted
+    to the conv's GEMM and the target's stack budgets (`fit_schedule`)."""
+    schedule = dataclasses.replace(GemmSchedule(kc=KC), **values)
+    fitted = fit_schedule(_conv_as_gemm(FreshNames(Kernel("k", [], [])), nest, schedule)[1],
+                          schedule, target)
+    return gemm_step("", fitted)[1][1:]
+
+
+def conv_gemm(kernel: Kernel, loop: str, mr: int, nr: int, kc: int, mc: int, nc: int,
+              pack_a: int, parallel: int) -> Kernel:
+    """The schedule primitive: the plain conv nest of `loop` (a top-level loop of `kernel`)
+    as an implicit GEMM blocked by this GemmSchedule."""
+    nest = dict(nests(kernel)).get(loop)
+    if nest is None:
+        raise ScheduleError(f"kernel @{kernel.name}: %{loop} is not the outermost loop of a"
+                            " plain conv nest that is an implicit GEMM")
+    if min(mr, nr, kc, mc, nc, parallel) < 1:
+        raise ScheduleError(f"kernel @{kernel.name}: conv_gemm %{loop}: tile and block"
+                            " sizes and the task count must be positive")
+    schedule = GemmSchedule(mr, nr, kc, mc, nc, bool(pack_a), parallel)
+
+    def build(names: FreshNames) -> list[Stmt]:
+        return apply_gemm(names, _conv_as_gemm(names, nest, schedule)[1], schedule)
+
+    scheduled = replace_nest(kernel, loop, nest.acc, build)
+    # A padded conv's packing has divisions that vary by lane: those loops run serially.
+    return verify_kernel(simplify_kernel(serial_unless_vectorizable(scheduled)))
+
+
+def _conv_as_gemm(names: FreshNames, nest: WindowNest, schedule: GemmSchedule
+                  ) -> tuple[ConvAsGemm, Gemm]:
+    """The conv nest `nest` as out[n, m, p] = sum_k W[m, k] * col[n, k, p] in fresh
+    variables, and its Gemm for `schedule`. B reads x at the window position, clamped into
+    the input on axes where a tap can leave it, with zeros there (a select)."""
+    nb, m_n, oh_n, ow_n = nest.extents
+    x_term, w_term = product_terms(nest)
+    n_var, m_var, oh_var, ow_var = nest.output
+    c_var, kh_var, kw_var = nest.reduction
+    geometry = Conv2d(nb, m_n, oh_n, ow_n, nest.reduction_extents[0], *nest.in_sizes,
+                      nest.kernel, nest.strides, nest.pads_begin, nest.dilations)
+    n, m, p, k = names.var("n"), names.var("m"), names.var("p"), names.var("k")
+    acc = names.local(F32)
+    c, kh, kw = geometry.split_k(k)
+    oh, ow = p // ow_n, p % ow_n
+    a = nest.at(w_term, {m_var: m, c_var: c, kh_var: Const(kh) if isinstance(kh, int) else kh,
+                         kw_var: Const(kw) if isinstance(kw, int) else kw})
+    position, conds = [], []
+    for o, tap, size, o_n, k_n, s_, pb_, d_ in zip(
+            (oh, ow), (kh, kw), nest.in_sizes, (oh_n, ow_n), nest.kernel, nest.strides,
+            nest.pads_begin, nest.dilations):
+        pos = window_position(o, tap, s_, pb_, d_)
+        checks = position_checks(pos, size, -pb_, (o_n - 1) * s_ + (k_n - 1) * d_ - pb_)
+        if checks:  # read at the clamped position; the select gives 0 where it was outside
+            conds += checks
+            pos = binary("min", binary("max", pos, 0), size - 1)
+        position.append(pos)
+
+    def x(index: list[Expr]) -> Expr:
+        image, channel, row, col = index
+        return nest.at(x_term, {n_var: image, c_var: channel}, positions=(row, col))
+
+    b = x([n, c, *position])
+    if conds:
+        b = Select(all_of(conds), b, Const(0.0, F32))
+    result = tuple(nest.result_at({n_var: n, m_var: m, oh_var: oh, ow_var: ow},
+                                  Load(acc.name, (), F32)))
+    conv = ConvAsGemm(geometry, n, m, p, k, a, b, bool(conds), acc.name, result, x)
+    return conv, _gemm(conv, schedule)
+
+
+def _gemm(conv: ConvAsGemm, schedule: GemmSchedule) -> Gemm:
+    """The Gemm of `conv` for `schedule` (its tile's width shapes B's packing). A, the
+    filter, is read in place: its index splits k into (c, kh, kw), which code generation
+    addresses by k itself (flatten_index), so copying its blocks would only copy them
+    (figures: docs/decisions.md)."""
     g = conv.conv
     n, k = conv.n, conv.k
     nb, oh_n, ow_n = g.images, g.out_rows, g.out_cols
@@ -107,8 +221,6 @@ def schedule_conv_gemm(ctx, conv: ConvAsGemm) -> list[Stmt]:
     kh_n, kw_n = g.kernel
     taps = kh_n * kw_n
     strides, pb, dilations = g.strides, g.pads_begin, g.dilations
-    schedule = dataclasses.replace(GemmSchedule(kc=KC),
-                                   **chosen(ctx, "conv_gemm", parameters(ctx.target)))
 
     def b_panel(values: dict[str, Expr], col0: Expr, jj: Var) -> Expr:
         """B at column col0 + jj without a division on the lane (vector code has none):
@@ -189,10 +301,9 @@ def schedule_conv_gemm(ctx, conv: ConvAsGemm) -> list[Stmt]:
     # contiguous): its panels are packed from vector loads, no gather needed.
     direct = taps == 1 and not conv.padded and all(s_ == 1 for s_ in strides)
     segments = not conv.padded and strides[1] <= MAX_LOAD_STRIDE
-    gemm = Gemm(((n.name, nb),), conv.m.name, g.channels_out, conv.p.name, oh_n * ow_n,
-                k.name, g.channels_in * taps, conv.a, conv.b, conv.acc, (conv.store,),
+    return Gemm(((n.name, nb),), conv.m.name, g.channels_out, conv.p.name, oh_n * ow_n,
+                k.name, g.channels_in * taps, conv.a, conv.b, conv.acc, conv.result,
                 None if direct else b_segments if segments else b_panel,
                 b_direct if not direct and strides[1] == 1 and ow_n >= schedule.nr else None,
                 b_rows_contiguous=direct)
-    return apply_gemm(ctx, gemm, fit_schedule(gemm, schedule, ctx.target))
 

@@ -42,7 +42,6 @@ from ember.dtypes import DType
 from ember.errors import ScheduleError
 from ember.loops.analysis import MAX_LOAD_STRIDE
 from ember.loops.ir import (
-    Binary,
     Const,
     Expr,
     Fma,
@@ -53,12 +52,17 @@ from ember.loops.ir import (
     Store,
     Var,
     binary,
-    walk_expr,
 )
 from ember.loops.schedules.lanes import lane_chunks, largest_divisor, vector_loop
 from ember.loops.schedules.names import FreshNames
 from ember.loops.schedules.params import Parameters
-from ember.loops.schedules.window_nest import WindowNest, replace_nest, window_nests
+from ember.loops.schedules.window_nest import (
+    WindowNest,
+    mentions,
+    product_terms,
+    replace_nest,
+    window_nests,
+)
 from ember.loops.simplify import simplify_kernel
 from ember.loops.verify import verify_kernel
 from ember.target import Target
@@ -70,29 +74,14 @@ PARAMETERS: Parameters = {"lanes": (16, (8, 16, 32)), "chains": (8, (1, 2, 4, 8,
 MAX_DEPTHWISE_PLANE = 1 << 16  # floats (256 KiB) of padded plane, on each thread's stack
 
 
-def _factors(nest: WindowNest) -> tuple[Expr, Expr] | None:
-    """(x's term, w's term) of a depthwise conv nest: the window's read times a filter read
-    that no output position enters, x's with no tap or channel variable outside its
-    positions; else None."""
-    term = nest.term
-    if not (isinstance(term, Binary) and term.op == "mul"):
-        return None
-    x, w = term.a, term.b
-    spatial, taps = set(nest.output[2:]), set(nest.reduction[1:])
-    marked = nest.at(x, {}, positions=(Const(0), Const(0)))
-    if any(isinstance(v, Var) and v.name in spatial for v in walk_expr(w)) or any(
-            isinstance(v, Var) and v.name in taps | spatial for v in walk_expr(marked)):
-        return None
-    return x, w
-
-
 def nests(kernel: Kernel) -> list[tuple[str, WindowNest]]:
     """The top-level nests of `kernel` that are plain f32 2-D convs with one input channel
-    per output channel, each with its outermost loop's name: what the `depthwise_conv`
-    step schedules."""
+    per output channel (x read at a channel that follows the output's), each with its
+    outermost loop's name: what the `depthwise_conv` step schedules."""
     return [(loop, nest) for loop, nest in window_nests(kernel, 3)
             if nest.combine == "add" and nest.init == Const(0.0, F32)
-            and nest.reduction_extents[0] == 1 and _factors(nest) is not None]
+            and nest.reduction_extents[0] == 1 and (terms := product_terms(nest))
+            and mentions(terms[0], {nest.output[1]})]
 
 
 def default_parameters(nest: WindowNest, target: Target) -> dict[str, int]:
@@ -141,7 +130,7 @@ def _plane(nest: WindowNest, lanes: int) -> tuple[int, int, int]:
 def _depthwise_rows(names: FreshNames, nest: WindowNest, lanes: int, chains: int
                     ) -> list[Stmt]:
     """The scheduled nest of `nest` (the module docstring's)."""
-    x_term, w_term = _factors(nest)
+    x_term, w_term = product_terms(nest)
     n_var, m_var, oh_var, ow_var = nest.output
     c_var, kh_var, kw_var = nest.reduction
 

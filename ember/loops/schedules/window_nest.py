@@ -99,6 +99,26 @@ class WindowNest:
                       self.at(s.value, values, acc)) for s in self.result]
 
 
+def product_terms(nest: WindowNest) -> tuple[Expr, Expr] | None:
+    """(x's term, w's term) of a conv nest, whose term is the window's read of x times a
+    filter read: w's with no output position in it, x's with no tap outside its positions
+    (so that it can be read at any position: `WindowNest.at`); else None."""
+    term = nest.term
+    if not (isinstance(term, Binary) and term.op == "mul"):
+        return None
+    x, w = term.a, term.b
+    spatial, taps = set(nest.output[2:]), set(nest.reduction[-2:])
+    marked = nest.at(x, {}, positions=(Const(0), Const(0)))
+    if mentions(w, spatial) or mentions(marked, taps | spatial):
+        return None
+    return x, w
+
+
+def mentions(e: Expr, names: set[str]) -> bool:
+    """Whether `e` reads any of the variables `names`."""
+    return any(isinstance(v, Var) and v.name in names for v in walk_expr(e))
+
+
 def _extent(s: Stmt) -> int | None:
     """The trip count of a plain loop (from 0 by 1 to a constant), else None."""
     if isinstance(s, For) and s.start == Const(0) and s.step == 1 and \

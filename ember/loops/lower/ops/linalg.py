@@ -7,9 +7,9 @@ Windowed reads that can fall into the padding sit under an `If` on the input pos
 no kernel reads out of bounds; the checks are left out on axes that cannot leave the input.
 `conv_transpose` is a gather (each output element sums the kernel taps whose input
 position is integral and in range), not a scatter, so its output elements are independent.
-The window arithmetic is ember/loops/windows.py; the implicit-GEMM and packed convs are
-scheduled nests from ember/loops/schedules/ (conv.py, packed_conv.py); a depthwise conv's
-plain nest is scheduled by the scheduling stage (depthwise.py).
+The window arithmetic is ember/loops/windows.py. A conv's plain nest is the algorithm: the
+scheduling stage makes it an implicit GEMM or a depthwise schedule (ember/loops/schedules/
+conv.py, depthwise.py); a packed conv is still a scheduled nest from packed_conv.py.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from collections.abc import Callable, Sequence
 from ember.dtypes import DType
 from ember.errors import UnsupportedOpError
 from ember.graph.ops.linalg import window_params
-from ember.loops.ir import Binary, Cast, Const, Expr, If, Load, Select, Stmt, Store, Var, binary
+from ember.loops.ir import Binary, Cast, Const, Expr, If, Load, Stmt, Store, Var
 from ember.loops.lower.core import LowerContext, lowering
-from ember.loops.schedules.conv import Conv2d, ConvAsGemm, ConvTerms, schedule_conv_gemm
+from ember.loops.schedules.conv import Conv2d, ConvTerms
 from ember.loops.schedules.packed_conv import schedule_packed_conv
-from ember.loops.windows import all_of, position_checks, window_checks, window_position
+from ember.loops.windows import all_of, window_checks, window_position
 
 # -- shared helpers -----------------------------------------------------------------------
 
@@ -153,53 +153,10 @@ def conv_terms(ctx: LowerContext) -> ConvTerms:
 
 @lowering("conv")
 def conv(ctx: LowerContext):
-    """An f32 2-D conv with one group is a GEMM per image (implicit GEMM, `conv_gemm`); other
-    convs get the plain nest: per output element, a sum over (c, taps), which the
-    scheduling stage gives a depthwise one's schedule (ember/loops/schedules/depthwise.py)."""
-    fast = conv_gemm(ctx)
-    return fast if fast is not None else plain_conv(ctx)
-
-
-def conv_gemm(ctx: LowerContext) -> list[Stmt] | None:
-    """The conv as out[n, m, p] = sum_k W[m, k] * col[n, k, p], blocked by the implicit
-    GEMM schedule (ember/loops/schedules/conv.py), or None when it is not an f32 2-D conv
-    with one group. k = (c, kh, kw) is W's row-major layout and p = (oh, ow) the output's,
-    so A is W read in place and C is out[n] (M x P, contiguous); B is im2col, read from x
-    with zeros for the padding (a select around a load at a clamped position)."""
-    x, w = ctx.inputs[:2]
-    out = ctx.outputs[0]
-    f32 = DType.f32
-    if (len(x.shape) != 4 or ctx.attrs["groups"] != 1
-            or any(b.dtype is not f32 for b in (*ctx.inputs, out))
-            or 0 in out.shape or 0 in w.shape[1:]):
-        return None
-    strides, pb, _, dilations = window_params(2, ctx.attrs["strides"], ctx.attrs["pads"],
-                                              ctx.attrs["dilations"])
-    geometry = Conv2d(*out.shape, w.shape[1], *x.shape[2:], tuple(w.shape[2:]), strides, pb,
-                      dilations)
-    oh_n, ow_n = out.shape[2:]
-    kh_n, kw_n = w.shape[2:]
-    h, wd = x.shape[2:]
-    n, m, p, k = ctx.var("n"), ctx.var("m"), ctx.var("p"), ctx.var("k")
-    c, kh, kw = geometry.split_k(k)
-    oh, ow = p // ow_n, p % ow_n
-    a = ctx.load(1, [m, c, kh, kw])
-    position, conds = [], []
-    for o, tap, size, o_n, k_n, s_, pb_, d_ in zip((oh, ow), (kh, kw), (h, wd), (oh_n, ow_n),
-                                                   (kh_n, kw_n), strides, pb, dilations):
-        pos = window_position(o, tap, s_, pb_, d_)
-        checks = position_checks(pos, size, -pb_, (o_n - 1) * s_ + (k_n - 1) * d_ - pb_)
-        if checks:  # read at the clamped position; the select gives 0 where it was outside
-            conds += checks
-            pos = binary("min", binary("max", pos, 0), size - 1)
-        position.append(pos)
-    b = ctx.load(0, [n, c, *position])
-    if conds:
-        b = Select(all_of(conds), b, Const(0.0, f32))
-    acc = accumulator(ctx)
-    store = store_result(ctx, [n, m, oh, ow], _add_bias(ctx, acc, m))
-    return schedule_conv_gemm(ctx, ConvAsGemm(geometry, n, m, p, k, a, b, bool(conds),
-                                              acc.buffer, store, lambda i: ctx.load(0, i)))
+    """The plain nest: per output element, a sum over (c, taps). The scheduling stage makes
+    an f32 2-D one an implicit GEMM (ember/loops/schedules/conv.py) or, when each output
+    channel reads one input channel, gives it the depthwise schedule (depthwise.py)."""
+    return plain_conv(ctx)
 
 
 @lowering("packed_conv")
