@@ -56,6 +56,7 @@ from ember.loops.ir import (
 from ember.loops.schedules.conv import conv_gemm
 from ember.loops.schedules.depthwise import depthwise_conv
 from ember.loops.schedules.gemm import gemm
+from ember.loops.schedules.packed_conv import packed_conv
 from ember.loops.schedules.pool import pool
 from ember.loops.verify import verify_kernel
 
@@ -534,6 +535,9 @@ PRIMITIVES: dict[str, tuple[Callable[..., Kernel], tuple[str, ...]]] = {
     # A plain conv nest as an implicit GEMM blocked by a GemmSchedule (as gemm's;
     # ember/loops/schedules/conv.py).
     "conv_gemm": (conv_gemm, ("loop", "int", "int", "int", "int", "int", "int", "int")),
+    # A plain conv nest whose filter is in panels of output channels, the channels in the
+    # lanes (ember/loops/schedules/packed_conv.py).
+    "packed_conv": (packed_conv, ("loop",)),
     "pool": (pool, ("loop", "int", "int")),
     # A plain depthwise conv nest through a padded plane (lanes chains;
     # ember/loops/schedules/depthwise.py).

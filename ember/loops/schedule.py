@@ -45,6 +45,7 @@ from ember.loops.primitives import Schedule, Step, _split
 from ember.loops.schedules import conv as conv_schedules
 from ember.loops.schedules import depthwise as depthwise_schedules
 from ember.loops.schedules import gemm as gemm_schedules
+from ember.loops.schedules import packed_conv as packed_conv_schedules
 from ember.loops.schedules import pool as pool_schedules
 from ember.loops.schedules.params import Parameters
 from ember.loops.simplify import simplify_kernel
@@ -180,7 +181,12 @@ def _choices(parameters: Parameters) -> dict[str, tuple[int, ...]]:
     return {name: values for name, (_, values) in parameters.items()}
 
 
+# In order: a nest that one class takes is not offered to the next (a packed conv's nest is
+# a conv nest too).
 NEST_CLASSES = (
+    NestClass("packed_conv", packed_conv_schedules.nests,
+              packed_conv_schedules.default_parameters,
+              lambda target: _choices(packed_conv_schedules.PARAMETERS)),
     NestClass("conv_gemm", conv_schedules.nests, conv_schedules.default_parameters,
               lambda target: _choices(conv_schedules.parameters(target)),
               conv_schedules.step_arguments),
@@ -211,6 +217,8 @@ def _nest_steps(kernel: Kernel, target: Target, tuning: Tuning | None,
     found: list[NestStep] = []
     for cls in NEST_CLASSES:
         for loop, nest in cls.nests(kernel):
+            if loop in {s.loop for s in found}:
+                continue
             values = cls.defaults(nest, target)
             if tuning is not None:
                 top = [s for s in kernel.body if isinstance(s, For) and s.var.name == loop]
@@ -234,9 +242,13 @@ def _search_nest(kernel: Kernel, target: Target, tuning: Tuning, matmuls: list,
     cls, loop, nest, defaults, key = candidate
     options = [values[cls.step] for values in
                value_sets({cls.step: (defaults, cls.choices(target))})]
-    later = [NestStep(c, name, v := c.defaults(other, target), c.make_step(name, other, v, target))
-             for c in NEST_CLASSES for name, other in c.nests(kernel)
-             if name != loop and name not in {s.loop for s in before}]
+    later = []
+    for c in NEST_CLASSES:
+        for name, other in c.nests(kernel):
+            if name not in {loop, *(s.loop for s in (*before, *later))}:
+                values = c.defaults(other, target)
+                later.append(NestStep(c, name, values, c.make_step(name, other, values,
+                                                                   target)))
     texts = []
     for values in options:
         steps = [*before, NestStep(cls, loop, values, cls.make_step(loop, nest, values, target)),

@@ -18,6 +18,7 @@ from ember.graph.ops.linalg import unpack_conv_weights
 from ember.loops.analysis import access_kind
 from ember.loops.ir import For, Store, walk_stmts
 from ember.loops.lower import lower_graph
+from ember.loops.schedule import schedule_program
 from ember.target import Target
 
 HOST = Target.host()
@@ -103,7 +104,7 @@ def test_weights_given_at_call_time_are_not_packed() -> None:
 
 def test_packed_conv_nest_keeps_a_register_tile_and_turns_it_once_per_tile() -> None:
     graph = run_passes(conv_graph((1, 256, 7, 7), data(64, 256, 1, 1)), ["pack_convs", "dce"])
-    (kernel,) = lower_graph(graph, target=HOST).kernels
+    (kernel,) = schedule_program(lower_graph(graph, target=HOST), HOST).kernels
     loops = list(walk_stmts(kernel.body))
     vectorized = [s for s in loops if isinstance(s, For) and s.kind == "vectorized"]
     # Channels in the lanes for the sum (32 a vector); positions in the lanes for the

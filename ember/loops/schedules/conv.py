@@ -12,8 +12,7 @@ row is one vector load per k; else the lane's position is found by compares and 
 with selects, since the lanes' vector code has neither division nor integer min/max.
 
 Reads from the target: the f32 lanes and the conv's register tile (`conv_tile`: its
-vector registers). Also the geometry (`Conv2d`) and the terms (`ConvTerms`) that the
-depthwise and packed conv schedules take.
+vector registers).
 """
 
 from __future__ import annotations
@@ -74,18 +73,6 @@ class Conv2d:
         kh_n, kw_n = self.kernel
         taps = kh_n * kw_n
         return (k // taps, (k // kw_n) % kh_n, k % kw_n) if taps > 1 else (k, 0, 0)
-
-
-@dataclass(frozen=True)
-class ConvTerms:
-    """What a direct conv schedule reads and stores, as the lowering defines them: `x` the
-    input at [image, channel, row, column], `w` the filter at its own index, and
-    `store(index, sum)` the output's store of a sum at [image, channel, row, column], with
-    the bias and any fused epilogue."""
-
-    x: Callable[[list[Expr]], Expr]
-    w: Callable[[list[Expr]], Expr]
-    store: Callable[[list[Expr], Expr], Stmt]
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,11 @@ one contiguous store, read from the sums by a gather; the sum reads every operan
 contiguously or as a broadcast. On a small plane (7x7) the implicit GEMM's panels of
 output positions would leave lanes idle; here none are when M is a multiple of L.
 
+The step `packed_conv <outer loop>` applies this to the plain nest that `graph.packed_conv`
+lowers to (a window nest with no padding whose filter is read from panels,
+wp[m // L, k, m % L]: ember/loops/schedules/window_nest.py); the plain nest's reads and
+stores are instantiated at the tile's variables.
+
 Reads no target fact: L is the panel width the graph pass chose, R a constant.
 The measurements behind these choices: docs/decisions.md.
 """
@@ -28,12 +33,25 @@ The measurements behind these choices: docs/decisions.md.
 from __future__ import annotations
 
 from ember.dtypes import DType
-from ember.loops.ir import Const, Fma, For, Load, Stmt, Store, Var, binary
-from ember.loops.schedules.conv import Conv2d, ConvTerms
+from ember.errors import ScheduleError
+from ember.loops.ir import Binary, Const, Fma, For, Kernel, Load, Stmt, Store, Var, binary
 from ember.loops.schedules.gemm import MIN_PARALLEL_FMAS
 from ember.loops.schedules.lanes import vector_loop
+from ember.loops.schedules.names import FreshNames
+from ember.loops.schedules.params import Parameters
+from ember.loops.schedules.window_nest import (
+    WindowNest,
+    mentions,
+    product_terms,
+    replace_nest,
+    window_nests,
+)
+from ember.loops.simplify import simplify_kernel
+from ember.loops.verify import verify_kernel
+from ember.target import Target
 
 F32 = DType.f32
+PARAMETERS: Parameters = {}  # the tile is the graph pass's panel by a divisor of the plane
 PACKED_CONV_ROWS = 7  # output positions per tile: 7 x 32 lanes is 14 accumulators
 
 
@@ -47,20 +65,73 @@ def packed_conv_rows(positions: int) -> int:
     return min(PACKED_CONV_ROWS, positions)
 
 
-def schedule_packed_conv(ctx, conv: Conv2d, panels: int, lanes: int,
-                         terms: ConvTerms) -> list[Stmt]:
-    """The scheduled nest of `conv` (no padding) with its weights in `panels` panels of
-    `lanes` output channels, read as terms.w([panel, k, lane]); `ctx` (a LowerContext)
-    makes its variables and locals."""
-    (sh, sw), (dh, dw) = conv.strides, conv.dilations
-    kh_n, kw_n = conv.kernel
-    nb, m_out, oh_n, ow_n = conv.images, conv.channels_out, conv.out_rows, conv.out_cols
-    c_in = conv.channels_in
+def panel_width(nest: WindowNest, shapes: dict[str, tuple[int, ...]]) -> int | None:
+    """L when the nest's filter term reads wp[m // L, k, m % L] (wp[0, k, m] when M fits
+    one panel), else None."""
+    terms = product_terms(nest)
+    w = terms[1] if terms else None
+    m = Var(nest.output[1])
+    if not (isinstance(w, Load) and len(w.index) == 3 and w.buffer in shapes):
+        return None
+    panel, _, lane = w.index
+    lanes = shapes[w.buffer][2]
+    if panel == Const(0) and lane == m and shapes[w.buffer][0] == 1 or \
+            panel == Binary("floordiv", m, Const(lanes)) and lane == Binary("mod", m,
+                                                                            Const(lanes)):
+        return lanes
+    return None
+
+
+def nests(kernel: Kernel) -> list[tuple[str, WindowNest]]:
+    """The top-level nests of `kernel` that are plain f32 2-D convs with no padding whose
+    filter is read from panels of output channels, each with its outermost loop's name:
+    what the `packed_conv` step schedules."""
+    shapes = {b.name: b.shape for b in (*kernel.params, *kernel.locals)}
+    found = []
+    for loop, nest in window_nests(kernel, 3):
+        terms = product_terms(nest)
+        if nest.combine == "add" and nest.init == Const(0.0, F32) and terms and \
+                not any(nest.pads_begin) and not mentions(terms[0], {nest.output[1]}) and \
+                panel_width(nest, shapes) and nest.extents[1] % panel_width(nest, shapes) == 0:
+            found.append((loop, nest))
+    return found
+
+
+def default_parameters(nest: WindowNest, target: Target) -> dict[str, int]:
+    """None: the panel width is the graph pass's choice."""
+    return {}
+
+
+def packed_conv(kernel: Kernel, loop: str) -> Kernel:
+    """The schedule primitive: the plain packed conv nest of `loop` (a top-level loop of
+    `kernel`) in tiles of output positions by one panel of output channels."""
+    nest = dict(nests(kernel)).get(loop)
+    if nest is None:
+        raise ScheduleError(f"kernel @{kernel.name}: %{loop} is not the outermost loop of a"
+                            " plain packed conv nest")
+    shapes = {b.name: b.shape for b in (*kernel.params, *kernel.locals)}
+    lanes = panel_width(nest, shapes)
+    scheduled = replace_nest(kernel, loop, nest.acc, lambda names: _packed_tiles(
+        names, nest, nest.extents[1] // lanes, lanes))
+    return verify_kernel(simplify_kernel(scheduled))
+
+
+def _packed_tiles(names: FreshNames, nest: WindowNest, panels: int, lanes: int
+                  ) -> list[Stmt]:
+    """The scheduled nest of `nest` (the module docstring's), its filter in `panels`
+    panels of `lanes` output channels."""
+    x_term, w_term = product_terms(nest)
+    n_var, m_var, oh_var, ow_var = nest.output
+    c_var, kh_var, kw_var = nest.reduction
+    (sh, sw), (dh, dw) = nest.strides, nest.dilations
+    kh_n, kw_n = nest.kernel
+    nb, m_out, oh_n, ow_n = nest.extents
+    c_in = nest.reduction_extents[0]
     positions = oh_n * ow_n
     rows = packed_conv_rows(positions)
     tiles = -(-positions // rows)
-    acc = ctx.local(F32, (rows, lanes))
-    t, c, kh, kw, r = (ctx.var(v) for v in ("task", "c", "kh", "kw", "r"))
+    acc = names.local(F32, (rows, lanes))
+    t, c, kh, kw, r = (names.var(v) for v in ("task", "c", "kh", "kw", "r"))
     n = t // (panels * tiles) if nb > 1 else Const(0)
     q, p0 = (t // tiles) % panels, (t % tiles) * rows
     p = p0 + r
@@ -72,9 +143,10 @@ def schedule_packed_conv(ctx, conv: Conv2d, panels: int, lanes: int,
         return For(r, Const(0), Const(rows), body, 1, "unrolled")
 
     def tap(jj: Var) -> list[Stmt]:
-        k = (c * kh_n + kh) * kw_n + kw
-        value = Fma(terms.x([n, c, oh * sh + kh * dh, ow * sw + kw * dw]),
-                    terms.w([q, k, jj]), Load(acc.name, (r, jj), F32))
+        x = nest.at(x_term, {n_var: n, c_var: c}, positions=(oh * sh + kh * dh,
+                                                              ow * sw + kw * dw))
+        w = nest.at(w_term, {m_var: q * lanes + jj, c_var: c, kh_var: kh, kw_var: kw})
+        value = Fma(x, w, Load(acc.name, (r, jj), F32))
         return [Store(acc.name, (r, jj), value)]
 
     # The write-back puts the tile's positions in the lanes, one output channel at a time:
@@ -83,20 +155,21 @@ def schedule_packed_conv(ctx, conv: Conv2d, panels: int, lanes: int,
     # way. The sums are read across their rows, a gather, from a copy of the accumulators:
     # a gather from the accumulators themselves would keep LLVM from holding them in
     # registers through the sum (it ran much slower that way).
-    sums = ctx.local(F32, (rows, lanes))
-    copy = vector_loop(ctx, lanes, lambda jj: [Store(sums.name, (r, jj),
+    sums = names.local(F32, (rows, lanes))
+    copy = vector_loop(names, lanes, lambda jj: [Store(sums.name, (r, jj),
                                                      Load(acc.name, (r, jj), F32))])
-    jj, pr = ctx.var("jj"), ctx.var("r")
+    jj, pr = names.var("jj"), names.var("r")
     m = q * lanes + jj
     p_out = p0 + pr
     written = binary("min", Const(rows), Const(positions) - p0) if positions % rows \
         else Const(rows)
-    store = terms.store([n, m, p_out // ow_n, p_out % ow_n], Load(sums.name, (pr, jj), F32))
+    stores = nest.result_at({n_var: n, m_var: m, oh_var: p_out // ow_n,
+                             ow_var: p_out % ow_n}, Load(sums.name, (pr, jj), F32))
     write_back = For(jj, Const(0), Const(lanes),
-                     [For(pr, Const(0), written, [store], 1, "vectorized")])
-    zero = vector_loop(ctx, lanes, lambda jj: [Store(acc.name, (r, jj), Const(0.0, F32))])
+                     [For(pr, Const(0), written, stores, 1, "vectorized")])
+    zero = vector_loop(names, lanes, lambda jj: [Store(acc.name, (r, jj), Const(0.0, F32))])
     taps = For(kh, Const(0), Const(kh_n),
-               [For(kw, Const(0), Const(kw_n), [each_row([vector_loop(ctx, lanes, tap)])], 1,
+               [For(kw, Const(0), Const(kw_n), [each_row([vector_loop(names, lanes, tap)])], 1,
                     "unrolled")], 1, "unrolled")
     body = [each_row([zero]), For(c, Const(0), Const(c_in), [taps]), each_row([copy]),
             write_back]

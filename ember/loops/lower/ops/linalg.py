@@ -16,13 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ember.dtypes import DType
-from ember.errors import UnsupportedOpError
 from ember.graph.ops.linalg import window_params
 from ember.loops.ir import Binary, Cast, Const, Expr, If, Load, Stmt, Store, Var
 from ember.loops.lower.core import LowerContext, lowering
-from ember.loops.schedules.conv import Conv2d, ConvTerms
-from ember.loops.schedules.packed_conv import schedule_packed_conv
 from ember.loops.windows import all_of, window_checks, window_position
 
 # -- shared helpers -----------------------------------------------------------------------
@@ -143,14 +139,6 @@ def _add_bias(ctx: LowerContext, value: Expr, channel: Expr) -> Expr:
     return Binary("add", value, compute_load(ctx, 2, [channel]))
 
 
-def conv_terms(ctx: LowerContext) -> ConvTerms:
-    """A direct conv schedule's reads of x and w, and its store of a sum at [n, m, row,
-    col] with the bias added (f32 operands: no widening)."""
-    return ConvTerms(lambda index: ctx.load(0, index), lambda index: ctx.load(1, index),
-                     lambda index, value: store_result(ctx, index,
-                                                       _add_bias(ctx, value, index[1])))
-
-
 @lowering("conv")
 def conv(ctx: LowerContext):
     """The plain nest: per output element, a sum over (c, taps). The scheduling stage makes
@@ -162,30 +150,37 @@ def conv(ctx: LowerContext):
 @lowering("packed_conv")
 def packed_conv(ctx: LowerContext) -> list[Stmt]:
     """A conv whose weights are packed in panels of L output channels (ember/graph/ops/
-    linalg.py), wp[panel, (c * KH + kh) * KW + kw, lane], through its schedule
+    linalg.py), read as w[m, c, kh, kw] = wp[m // L, (c * KH + kh) * KW + kw, m % L]: the
+    plain conv nest, which the scheduling stage gives the packed conv's schedule
     (ember/loops/schedules/packed_conv.py: output channels in the lanes)."""
-    x, wp = ctx.inputs[:2]
-    out = ctx.outputs[0]
-    f32 = DType.f32
-    if any(b.dtype is not f32 for b in (*ctx.inputs, out)):
-        raise UnsupportedOpError(f"packed_conv on {x.dtype}: only f32 is implemented")
-    strides, pb, _, dilations = window_params(2, ctx.attrs["strides"], (),
-                                              ctx.attrs["dilations"])
-    geometry = Conv2d(*out.shape, x.shape[1], *x.shape[2:], tuple(ctx.attrs["kernel_shape"]),
-                      strides, pb, dilations)
-    panels, _, lanes = wp.shape
-    return schedule_packed_conv(ctx, geometry, panels, lanes, conv_terms(ctx))
+    lanes = ctx.inputs[1].shape[2]
+    kh_n, kw_n = ctx.attrs["kernel_shape"]
+
+    def weight(m: Expr, c: Expr, taps: list[Var]) -> Expr:
+        return compute_load(ctx, 1, [m // lanes, (c * kh_n + taps[0]) * kw_n + taps[1],
+                                     m % lanes])
+
+    return plain_conv(ctx, weight, kernel=(kh_n, kw_n), pads=(), groups=1)
 
 
-def plain_conv(ctx: LowerContext) -> list[Stmt]:
+def plain_conv(ctx: LowerContext, weight: Callable[[Expr, Expr, list[Var]], Expr] | None
+               = None, kernel: Sequence[int] | None = None, pads: Sequence[int] | None = None,
+               groups: int | None = None) -> list[Stmt]:
+    """Per output element, a sum over (c, taps) of x at the window times `weight(m, c,
+    taps)` (default: w[m, c, *taps], with the op's kernel, pads and groups)."""
     x, w = ctx.inputs[:2]
     out = ctx.outputs[0]
     nd = len(x.shape) - 2
-    strides, pb, _, dilations = window_params(nd, ctx.attrs["strides"], ctx.attrs["pads"],
-                                              ctx.attrs["dilations"])
-    groups = ctx.attrs["groups"]
-    cg, mg = w.shape[1], w.shape[0] // groups  # channels per group in and out
-    kernel = w.shape[2:]
+    strides, pb, _, dilations = window_params(
+        nd, ctx.attrs["strides"], ctx.attrs["pads"] if pads is None else pads,
+        ctx.attrs["dilations"])
+    groups = ctx.attrs["groups"] if groups is None else groups
+    kernel = w.shape[2:] if kernel is None else tuple(kernel)
+    cg = w.shape[1] if weight is None else x.shape[1]  # input channels per group
+    mg = out.shape[1] // groups  # output channels per group
+    if weight is None:
+        def weight(m: Expr, c: Expr, taps: list[Var]) -> Expr:
+            return compute_load(ctx, 1, [m, c, *taps])
     acc = accumulator(ctx)
     zero = ctx.const(0, acc.dtype)
 
@@ -200,7 +195,7 @@ def plain_conv(ctx: LowerContext) -> list[Stmt]:
                                   pb, dilations)
             channel = group_channel(m, groups, mg, cg, c)
             value = Binary("mul", compute_load(ctx, 0, [n, channel, *positions]),
-                           compute_load(ctx, 1, [m, c, *taps]))
+                           weight(m, c, taps))
             return value, all_of(conds)
 
         return reduce_into(ctx, acc, lambda v: store_result(ctx, index, _add_bias(ctx, v, m)),
