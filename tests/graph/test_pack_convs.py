@@ -118,3 +118,21 @@ def test_packed_conv_nest_keeps_a_register_tile_and_turns_it_once_per_tile() -> 
     # a team: 800K multiply-adds.
     task = kernel.body[0]
     assert isinstance(task, For) and int(task.stop.value) == 14 and task.kind == "parallel"
+
+
+def test_a_half_packed_conv_runs_its_plain_nest() -> None:
+    """The packed conv's schedule is f32; an f16 one keeps the plain nest (f32 sums)."""
+    from ember.graph.ops.linalg import pack_conv_weights
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((16, 3, 3, 3)).astype(np.float16)
+    b = Builder("pc")
+    x = b.input("x", "f16", (1, 3, 9, 9))
+    b.output(b.op("packed_conv", [x, b.constant(pack_conv_weights(w, 8))],
+                  {"kernel_shape": (3, 3)}).result)
+    graph = b.build()
+    xs = rng.standard_normal((1, 3, 9, 9)).astype(np.float16)
+    got = ember.compile(graph, config=ember.Config(executor="cpu", disk_cache=False))(xs)[0]
+    np.testing.assert_allclose(got.astype(np.float32),
+                               interpret(graph, [xs])[0].astype(np.float32), rtol=1e-2,
+                               atol=1e-2)
