@@ -3,6 +3,7 @@ torch.matmul, on 1 and 2 threads, as GFLOP/s and as a fraction of the FMA peak m
 the same run.
 
     python bench/bench_gemm.py [--sizes 256,512,1024,2048] [--threads 1,2] [--repeat 9]
+    python bench/bench_gemm.py --sizes 512x512x24,512x512x40   (M x K x N shapes)
 
 Each thread count runs in its own process (EMBER_NUM_THREADS and torch.set_num_threads set
 before anything runs): square matmuls of each size, Ember compiled once (a graph with one
@@ -75,7 +76,13 @@ def fma_peak(threads: int, rounds: int = 2_000_000, repeat: int = 7) -> float:
     return 2 * 12 * 16 * rounds * threads / best / 1e9
 
 
-def measure(sizes: list[int], threads: int, repeat: int) -> dict:
+def shape_of(size: str) -> tuple[int, int, int]:
+    """(M, K, N) of a --sizes entry: `n` (square) or `MxKxN`."""
+    dims = tuple(int(d) for d in size.split("x"))
+    return dims * 3 if len(dims) == 1 else dims
+
+
+def measure(sizes: list[str], threads: int, repeat: int) -> dict:
     """One process, one thread count: the peak, then each size (Ember and torch)."""
     import numpy as np
     import torch
@@ -84,19 +91,20 @@ def measure(sizes: list[int], threads: int, repeat: int) -> dict:
 
     torch.set_num_threads(threads)
     result = {"threads": threads, "peak": fma_peak(threads), "rows": []}
-    for n in sizes:
+    for size in sizes:
+        m, k, n = shape_of(size)
         rng = np.random.default_rng(n)
-        a = rng.standard_normal((n, n)).astype(np.float32)
-        b = rng.standard_normal((n, n)).astype(np.float32)
-        g = ember.Builder(f"sgemm{n}")
-        g.output(g.matmul(g.input("a", "f32", (n, n)), g.input("b", "f32", (n, n))))
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        g = ember.Builder(f"sgemm{m}x{k}x{n}")
+        g.output(g.matmul(g.input("a", "f32", (m, k)), g.input("b", "f32", (k, n))))
         compiled = ember.compile(g.build(), config=ember.Config(executor="cpu",
                                                                 disk_cache=False))
-        out = [np.empty((n, n), np.float32)]
-        ta, tb, tout = torch.from_numpy(a), torch.from_numpy(b), torch.empty(n, n)
+        out = [np.empty((m, n), np.float32)]
+        ta, tb, tout = torch.from_numpy(a), torch.from_numpy(b), torch.empty(m, n)
         compiled.run(a, b, out=out)
         torch.matmul(ta, tb, out=tout)
-        np.testing.assert_allclose(out[0], tout.numpy(), rtol=1e-3, atol=1e-3 * np.sqrt(n))
+        np.testing.assert_allclose(out[0], tout.numpy(), rtol=1e-3, atol=1e-3 * np.sqrt(k))
         times: dict[str, list[float]] = {"ember": [], "torch": []}
         for _ in range(repeat):  # interleaved, so that both see the same machine
             start = time.perf_counter()
@@ -105,11 +113,11 @@ def measure(sizes: list[int], threads: int, repeat: int) -> dict:
             start = time.perf_counter()
             torch.matmul(ta, tb, out=tout)
             times["torch"].append(time.perf_counter() - start)
-        flop = 2 * n ** 3
-        result["rows"].append({"n": n, **{
+        flop = 2 * m * k * n
+        result["rows"].append({"n": size, **{
             f"{who}_{stat}": flop / fn(ts) / 1e9 for who, ts in times.items()
             for stat, fn in (("median", statistics.median), ("best", min))}})
-        print(f"  {threads} thread(s), n={n}: done", file=sys.stderr)
+        print(f"  {threads} thread(s), {size}: done", file=sys.stderr)
     return result
 
 
@@ -121,7 +129,7 @@ def table(results: list[dict], repeat: int) -> str:
              "FMA peak (an Ember kernel of independent 16-lane FMAs, this run): "
              + ", ".join(f"{r['peak']:.1f} GFLOP/s on {r['threads']} thread(s)"
                          for r in results) + ".", "",
-             "| n | threads | Ember GFLOP/s | of peak | torch GFLOP/s | of peak |"
+             "| n (or M x K x N) | threads | Ember GFLOP/s | of peak | torch GFLOP/s | of peak |"
              " Ember / torch |", "|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         for row in r["rows"]:
@@ -141,7 +149,7 @@ def main() -> None:
     parser.add_argument("--record", action="store_true",
                         help="append the table to docs/benchmarks.md")
     args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes = args.sizes.split(",")
     if args.child:
         print(json.dumps(measure(sizes, args.child, args.repeat)))
         return

@@ -435,7 +435,8 @@ class _Builder:
         self.fold = folds_batches(g)
         self.rows = g.m * (self.nbatch if self.fold else 1)
         self.nb = 1 if self.fold else self.nbatch
-        self.mr, self.nr = min(s.mr, self.rows), min(s.nr, g.n)
+        # nr as fitted (`fit_schedule`): past N only when rounded up to whole vectors.
+        self.mr, self.nr = min(s.mr, self.rows), s.nr
         self.npc = _ceil(g.depth, s.kc)
         self.kc = _ceil(g.depth, self.npc)
         # Packed blocks are locals, on the stack of each thread: `fit_schedule` cuts them
@@ -758,13 +759,31 @@ def fit_schedule(g: Gemm, s: GemmSchedule, target: Target) -> GemmSchedule:
     equal depth, A's copy decided, and the packed blocks (locals, on each thread's stack)
     cut to the target's budgets. What a kernel's schedule records as its `gemm` step."""
     rows = g.m * (math.prod(e for _, e in g.batch) if folds_batches(g) else 1)
+    lanes = target.lanes(F32)
+    if not whole_vectors(s.nr, lanes):
+        raise ScheduleError(
+            f"gemm: a tile of nr={s.nr} columns is not one vector or a power of two of"
+            f" vectors of {lanes} f32 lanes on {target.name}: LLVM widens such a vector"
+            " type and shuffles it through the stack (a <48 x float> tile ran 20x slower);"
+            f" use nr <= {lanes} or {lanes} * 2**k")
     mr, nr = min(s.mr, rows), min(s.nr, g.n)
+    if not whole_vectors(nr, lanes):
+        # Narrower than the tile's but wider than a vector: round up to whole vectors
+        # (B's panels hold zeros past N and the write-back masks those columns).
+        nr = lanes * 2 ** math.ceil(math.log2(nr / lanes))
     kc = _ceil(g.depth, _ceil(g.depth, s.kc))
     widest = max(nr, packed_b_bytes(target) // (4 * kc) // nr * nr)
     tallest = max(1, packed_a_bytes(target) // (4 * kc) // mr)
     pack_a = s.pack_a if s.pack_a is not None else not isinstance(g.a, Load)
     return GemmSchedule(mr, nr, kc, min(s.mc, tallest * mr), min(s.nc, widest), pack_a,
                         s.parallel)
+
+
+def whole_vectors(nr: int, lanes: int) -> bool:
+    """Whether a vectorized loop of `nr` lanes is at most one vector of `lanes`, or a power
+    of two of them: the vector types LLVM splits into registers without shuffles."""
+    vectors = nr // lanes
+    return nr <= lanes or (nr % lanes == 0 and vectors & (vectors - 1) == 0)
 
 
 def matmul_nests(kernel: Kernel) -> list[tuple[str, Gemm]]:
