@@ -1,7 +1,8 @@
 """Default schedules of the kernel classes that have fast schedules of their own (DESIGN.md
-decision 6), one module a class. `gemm` is a step of the scheduling stage: it finds
-matmuls in the plain nests that lowering yields and blocks them (the `gemm` primitive).
-The others build the scheduled nest from the algorithm's pieces that a lowering gives
-them (`conv`: implicit-GEMM convs; `depthwise`, `packed_conv`, `winograd`, `pool`,
-`attention`) and read `ctx.target`. Each declares its tunable parameters as data
-(`params`); `lanes` holds the vector loops they are built of."""
+decision 6), one module a class. Most are steps of the scheduling stage: each finds its
+class's plain nests in a kernel (`gemm.match_gemm`; `window_nest` for convs and pools) and
+rebuilds one by a composite primitive (`gemm`, `conv_gemm`, `packed_conv`,
+`depthwise_conv`, `pool`) from the target's facts and its parameters. `winograd` and
+`attention` still build their nests from the pieces their lowerings give them and read
+`ctx.target`. Each declares its tunable parameters as data (`params`); `lanes` holds the
+vector loops they are built of, `names` the fresh names a step takes."""
