@@ -214,3 +214,27 @@ def test_the_pool_step_takes_only_plain_window_nests(guard, value, found) -> Non
         (loop, nest), = nests
         assert loop == "i0" and nest.strides == (2, 2) and nest.pads_begin == (1, 1)
         assert nest.in_sizes == (9, 10) and nest.combine == "max"
+
+
+def test_a_nest_of_stores_is_no_window_nest() -> None:
+    """Four loops around three stores (no reduction loop: a resize's shape) are not taken,
+    and do not trip the matcher."""
+    from ember.loops.schedules.window_nest import window_nests
+    from ember.loops.text import parse_kernel
+
+    kernel = parse_kernel("""kernel @k(%x0: f32[1,1,2,2], %y0: f32[1,1,2,2]) {
+  local %t0: f32[]
+  for %i0 = 0 to 1 {
+    for %i1 = 0 to 1 {
+      for %i2 = 0 to 2 {
+        for %i3 = 0 to 2 {
+          %t0[] = 0.0:f32
+          %t0[] = add(%t0[], %x0[%i0, %i1, %i2, %i3])
+          %y0[%i0, %i1, %i2, %i3] = %t0[]
+        }
+      }
+    }
+  }
+}
+""")
+    assert window_nests(kernel, 2) == [] and window_nests(kernel, 3) == []

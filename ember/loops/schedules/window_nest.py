@@ -138,6 +138,8 @@ def match_window(top: For, shapes: dict[str, tuple[int, ...]], reduction_depth: 
     if len(loops) != 4 or len(body) < 3:
         return None
     init, reduce, *result = body
+    if not _extent(reduce):
+        return None
     reduction = [reduce]
     while len(reduction) < reduction_depth and len(reduction[-1].body) == 1 and \
             _extent(reduction[-1].body[0]):
