@@ -262,7 +262,7 @@ def default_tile(rows: int, batched: bool, n: int, target: Target,
     width = matvec_width(target)
     if matrix_vector(rows, batched) and n >= width:
         return GemmSchedule(mr=2, nr=width)
-    return matrix_tile(target, matrix_rows or rows, a_pitch)
+    return matrix_tile(target, matrix_rows or rows, a_pitch, n)
 
 
 def folds_batches(g: Gemm) -> bool:
@@ -326,15 +326,16 @@ TILE_FIXED_COST = 3
 
 
 def tile_rows(target: Target, rows: int | None, a_pitch: int | None,
-              vectors: int = 2) -> int:
+              vectors: int = 2, most: int | None = None) -> int:
     """The rows of the register tile of a matmul of `rows` rows on `target`, between the
     FMA units' need and the registers' room (register_tile). Each row of A is read in
     place, a stream of its own: when the pitch from row to row puts more of the tile's rows
     in one set of L1 than it has ways (a pitch of a multiple of 4 KiB on a 48 KiB 12-way
     L1), they evict each other every k, so such tiles are out. Among the rest, the one
     that covers the rows in the fewest FMA rounds, tiles past the end included: each tile
-    costs its rows plus TILE_FIXED_COST per k (16 rows: two tiles of 8, not two of 12)."""
-    most = register_tile(target, vectors)[0]
+    costs its rows plus TILE_FIXED_COST per k (16 rows: two tiles of 8, not two of 12).
+    `most`: a lower cap on the rows than the registers'."""
+    most = min(register_tile(target, vectors)[0], most or 1 << 30)
     fewest = min(most, _busy_rows(target, vectors))
     fits = [r for r in range(fewest, most + 1)
             if a_pitch is None or _rows_per_l1_set(target, a_pitch, r) <= target.l1d_ways]
@@ -369,13 +370,24 @@ CONV_COLUMNS = 16
 MAX_CONV_TILE_ROWS = 8
 
 
-def matrix_tile(target: Target, rows: int | None = None,
-                a_pitch: int | None = None) -> GemmSchedule:
+def matrix_tile(target: Target, rows: int | None = None, a_pitch: int | None = None,
+                cols: int | None = None) -> GemmSchedule:
     """The default schedule on `target` of a matmul of `rows` rows (more than two; None:
     many) whose micro-kernel reads A's rows in place `a_pitch` bytes apart (None: A is
-    copied, or its rows are not apart in memory)."""
-    nr = register_tile(target)[1]
-    mr = tile_rows(target, rows, a_pitch)
+    copied, or its rows are not apart in memory), of `cols` columns (None: many).
+
+    The tile is two vectors across (`register_tile`), or one where that computes at
+    least an eighth fewer columns past N (`padded_columns`: N = 40 of 16 lanes is 48
+    columns in tiles of one vector, 64 in tiles of two). Its rows then stay at most the
+    two-vector tile's: each is a stream of A read in place, and more measured slower
+    (512x512x40 on Zen 4: 14 rows 89 GFLOP/s, 24 rows 46; docs/benchmarks.md)."""
+    lanes = target.lanes(F32)
+    two_rows, nr = register_tile(target)
+    vectors = 2
+    if cols is not None and nr > lanes and \
+            8 * padded_columns(cols, lanes, lanes) <= 7 * padded_columns(cols, nr, lanes):
+        vectors, nr = 1, lanes
+    mr = tile_rows(target, rows, a_pitch, vectors, most=two_rows)
     # A task per core: each task packs its own B block, so tasks beyond the team repack B
     # for nothing (256^3: 4 tasks 0.90x torch.matmul on 1 thread and 0.91x on 2; one a core
     # 1.08x and 1.02x; docs/benchmarks.md).
@@ -777,6 +789,14 @@ def fit_schedule(g: Gemm, s: GemmSchedule, target: Target) -> GemmSchedule:
     pack_a = s.pack_a if s.pack_a is not None else not isinstance(g.a, Load)
     return GemmSchedule(mr, nr, kc, min(s.mc, tallest * mr), min(s.nc, widest), pack_a,
                         s.parallel)
+
+
+def padded_columns(n: int, nr: int, lanes: int) -> int:
+    """The columns that tiles of `nr` compute for a matmul of `n` columns (a narrower
+    matmul's tile fitted to it: `fit_schedule`)."""
+    if n <= nr:
+        return n if whole_vectors(n, lanes) else lanes * 2 ** math.ceil(math.log2(n / lanes))
+    return _ceil(n, nr) * nr
 
 
 def whole_vectors(nr: int, lanes: int) -> bool:
