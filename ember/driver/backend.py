@@ -77,6 +77,13 @@ class CpuBackend(Backend):
         if graph_pass.name == "pack_matmuls":
             return graph_pass.configured(panel_width=functools.partial(_panel_width,
                                                                        self.target))
+        if graph_pass.name == "pack_convs":
+            from ember.loops.schedules.gemm import conv_tile
+            from ember.loops.schedules.packed_conv import panel_lanes
+
+            return graph_pass.configured(
+                panel_width=functools.partial(panel_lanes, self.target),
+                gemm_lanes=conv_tile(self.target)[1])
         return graph_pass
 
     def emit(self, program: Program, plan: MemoryPlan) -> Artifact:

@@ -136,3 +136,26 @@ def test_a_half_packed_conv_runs_its_plain_nest() -> None:
     np.testing.assert_allclose(got.astype(np.float32),
                                interpret(graph, [xs])[0].astype(np.float32), rtol=1e-2,
                                atol=1e-2)
+
+
+@pytest.mark.parametrize("name, channels, lanes", [
+    ("znver4", 64, 32), ("znver4", 48, 16), ("znver4", 40, None),
+    ("znver3", 64, 8), ("znver3", 36, None), ("neoverse-n1", 64, 8), ("neoverse-n1", 36, 4)])
+def test_packed_panels_come_from_the_target(name, channels, lanes) -> None:
+    """The panel is the widest power of two of vectors whose tile of 8 positions fits the
+    registers: 2 of AVX-512's 16 lanes, 1 of AVX2's 8 (16 registers), 2 of NEON's 4."""
+    from ember.loops.schedules.packed_conv import panel_lanes
+
+    assert panel_lanes(Target.named(name), channels) == lanes
+
+
+def test_the_backend_packs_for_its_target() -> None:
+    """An AVX2 target's compile packs a 7x7 conv of 64 channels in panels of 8."""
+    from ember.driver.backend import CpuBackend
+    from ember.graph.passes import get_pass
+
+    graph = conv_graph((1, 256, 7, 7), data(64, 256, 1, 1))
+    packing = CpuBackend(Target.named("znver3")).configure(get_pass("pack_convs"))
+    packed = packing.run(graph)
+    (op,) = [op for op in packed.walk() if op.name == "packed_conv"]
+    assert op.operands[1].shape == (8, 256, 8)

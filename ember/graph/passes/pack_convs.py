@@ -25,6 +25,9 @@ Runs after `pad_convs`, so that the conv has no padding left.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 from ember.graph.builder import Builder
 from ember.graph.ir import Graph, Op, Value
 from ember.graph.ops.linalg import pack_conv_weights, window_params
@@ -33,18 +36,30 @@ from ember.graph.passes.fold import constant_value
 from ember.graph.passes.pad_convs import gemm_conv
 from ember.graph.rewrite import PatternTable, apply_patterns
 
-conv_packing = PatternTable()
-
 MAX_PACKED_PLANE = 256  # output positions: 16x16 (the measured gains are on 7x7 and 14x14)
 MIN_PACKED_DEPTH = 256  # products per output element (K); shorter ones turn tiles too often
 # ... unless the plane wastes many of the implicit GEMM's lanes: 160->960 at 7x7 (K = 160,
 # 49 positions in 64 lanes) gained 12%, while 96->576 at 14x14 (196 in 208) lost 13%.
 MIN_PACKED_DEPTH_WASTEFUL = 128
-GEMM_LANES = 16  # output positions per vector of the implicit GEMM
+# Unconfigured (a pass run by name, not the backend's), the facts of a machine of 16-lane
+# f32 vectors and 32 registers: the implicit GEMM's tile is 16 positions across, and a
+# packed tile's panel 32 output channels (or 16).
+GEMM_LANES = 16
 
 
-def packed_lanes(op: Op) -> int | None:
-    """The panel width for `op`'s packed form, or None when it should keep the GEMM."""
+def avx512_panels(m: int) -> int | None:
+    return 32 if m % 32 == 0 else 16 if m % 16 == 0 else None
+
+
+PanelWidth = Callable[[int], "int | None"]  # output channels M -> panel width, or None
+
+
+def packed_lanes(op: Op, panel_width: PanelWidth = avx512_panels,
+                 gemm_lanes: int = GEMM_LANES) -> int | None:
+    """The panel width for `op`'s packed form, or None when it should keep the GEMM.
+    `panel_width(M)`: the target's widest panel of output channels that divides M (the
+    packed conv schedule's register tile: ember/loops/schedules/packed_conv.py);
+    `gemm_lanes`: the implicit GEMM's tile width."""
     if not gemm_conv(op):
         return None
     _, begins, ends, _ = window_params(2, op.attrs["strides"], op.attrs["pads"],
@@ -52,17 +67,18 @@ def packed_lanes(op: Op) -> int | None:
     m, c, kh, kw = op.operands[1].shape
     positions = op.result.shape[2] * op.result.shape[3]
     depth = c * kh * kw
-    if any((*begins, *ends)) or m % 16 or positions > MAX_PACKED_PLANE:
+    lanes = panel_width(m)
+    if any((*begins, *ends)) or lanes is None or positions > MAX_PACKED_PLANE:
         return None
-    lanes_used = positions / (-(-positions // GEMM_LANES) * GEMM_LANES)
+    lanes_used = positions / (-(-positions // gemm_lanes) * gemm_lanes)
     if depth < (MIN_PACKED_DEPTH if lanes_used > 0.8 else MIN_PACKED_DEPTH_WASTEFUL):
         return None
-    return 32 if m % 32 == 0 else 16
+    return lanes
 
 
-@conv_packing.on("conv")
-def packed_weights(op: Op, b: Builder) -> list[Value] | None:
-    lanes = packed_lanes(op)
+def packed_weights(op: Op, b: Builder, panel_width: PanelWidth,
+                   gemm_lanes: int) -> list[Value] | None:
+    lanes = packed_lanes(op, panel_width, gemm_lanes)
     weights = constant_value(b.graph, op.operands[1]) if lanes else None
     if weights is None:
         return None
@@ -75,6 +91,12 @@ def packed_weights(op: Op, b: Builder) -> list[Value] | None:
 
 @graph_pass("pack_convs", "pack the constant weights of convs on small planes, output"
             " channels in the lanes")
-def pack_convs(graph: Graph) -> Graph:
-    apply_patterns(graph, conv_packing)
+def pack_convs(graph: Graph, panel_width: PanelWidth | None = None,
+               gemm_lanes: int = GEMM_LANES) -> Graph:
+    """`panel_width` and `gemm_lanes` are the target's (the driver's backend gives them;
+    see `packed_lanes`)."""
+    table = PatternTable()
+    table.add("conv", functools.partial(packed_weights, panel_width=panel_width or
+                                        avx512_panels, gemm_lanes=gemm_lanes))
+    apply_patterns(graph, table)
     return graph

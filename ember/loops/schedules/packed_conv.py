@@ -55,6 +55,23 @@ PARAMETERS: Parameters = {}  # the tile is the graph pass's panel by a divisor o
 PACKED_CONV_ROWS = 7  # output positions per tile: 7 x 32 lanes is 14 accumulators
 
 
+def panel_lanes(target: Target, channels: int) -> int | None:
+    """The panel width (output channels a tile holds) for a packed conv of `channels`
+    output channels on `target`: the widest whole number of f32 vectors, a power of two,
+    that divides the channels and whose tile (up to 8 positions by the panel, as
+    `packed_conv_rows` picks them) fits the vector registers with one panel row and a
+    broadcast; None when not one vector divides them. 32 on AVX-512 (2 vectors x 8 rows:
+    16 accumulators of 32 registers), 8 with AVX2's 16 registers or NEON's 4 lanes."""
+    lanes = target.lanes(F32)
+    widest = None
+    vectors = 1
+    while 8 * vectors + vectors + 1 <= target.vector_registers:
+        if channels % (vectors * lanes) == 0:
+            widest = vectors * lanes
+        vectors *= 2
+    return widest
+
+
 def packed_conv_rows(positions: int) -> int:
     """Output positions per tile for a plane of `positions`: a divisor of it near
     PACKED_CONV_ROWS when there is one (7x7 and 14x14 planes take 7), so that no tile
