@@ -238,3 +238,17 @@ def test_a_nest_of_stores_is_no_window_nest() -> None:
 }
 """)
     assert window_nests(kernel, 2) == [] and window_nests(kernel, 3) == []
+
+
+def test_the_pool_step_refuses_other_loops_and_empty_vectors() -> None:
+    from ember.errors import ScheduleError
+    from ember.loops.schedules import pool
+    from ember.loops.text import parse_kernel
+
+    kernel = parse_kernel(PLAIN_POOL.replace("GUARD", GUARD).replace("VALUE", VALUE))
+    with pytest.raises(ScheduleError, match=r"%i1 is not the outermost loop of a plain 2-D"):
+        pool.pool(kernel, "i1", 16, 8)
+    with pytest.raises(ScheduleError, match=r"pool %i0: lanes must be positive"):
+        pool.pool(kernel, "i0", 0, 8)
+    scheduled = pool.pool(kernel, "i0", 8, 1)  # 5 columns: one vector of 5, one row
+    assert [b.shape for b in scheduled.locals] == [(1, 5)]

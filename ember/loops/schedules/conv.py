@@ -22,7 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ember.dtypes import DType
-from ember.errors import ScheduleError
 from ember.loops.analysis import MAX_LOAD_STRIDE
 from ember.loops.ir import Binary, Const, Expr, Kernel, Load, Select, Stmt, Var, binary
 from ember.loops.schedules.gemm import (
@@ -41,6 +40,7 @@ from ember.loops.schedules.window_nest import (
     mentions,
     product_terms,
     replace_nest,
+    step_nest,
     window_nests,
 )
 from ember.loops.simplify import simplify_kernel
@@ -138,13 +138,9 @@ def conv_gemm(kernel: Kernel, loop: str, mr: int, nr: int, kc: int, mc: int, nc:
               pack_a: int, parallel: int) -> Kernel:
     """The schedule primitive: the plain conv nest of `loop` (a top-level loop of `kernel`)
     as an implicit GEMM blocked by this GemmSchedule."""
-    nest = dict(nests(kernel)).get(loop)
-    if nest is None:
-        raise ScheduleError(f"kernel @{kernel.name}: %{loop} is not the outermost loop of a"
-                            " plain conv nest that is an implicit GEMM")
-    if min(mr, nr, kc, mc, nc, parallel) < 1:
-        raise ScheduleError(f"kernel @{kernel.name}: conv_gemm %{loop}: tile and block"
-                            " sizes and the task count must be positive")
+    nest = step_nest(kernel, loop, nests(kernel), "conv_gemm",
+                     "plain conv nest that is an implicit GEMM", mr=mr, nr=nr, kc=kc, mc=mc,
+                     nc=nc, parallel=parallel)
     schedule = GemmSchedule(mr, nr, kc, mc, nc, bool(pack_a), parallel)
 
     def build(names: FreshNames) -> list[Stmt]:

@@ -61,6 +61,7 @@ from ember.loops.schedules.window_nest import (
     mentions,
     product_terms,
     replace_nest,
+    step_nest,
     window_nests,
 )
 from ember.loops.simplify import simplify_kernel
@@ -95,13 +96,8 @@ def depthwise_conv(kernel: Kernel, loop: str, lanes: int, chains: int) -> Kernel
     """The schedule primitive: the plain depthwise conv nest of `loop` (a top-level loop of
     `kernel`) through a padded plane, `lanes` output columns a vector, up to `chains`
     vectors at once."""
-    nest = dict(nests(kernel)).get(loop)
-    if nest is None:
-        raise ScheduleError(f"kernel @{kernel.name}: %{loop} is not the outermost loop of a"
-                            " plain depthwise conv nest")
-    if min(lanes, chains) < 1:
-        raise ScheduleError(f"kernel @{kernel.name}: depthwise_conv %{loop}: lanes and"
-                            " chains must be positive")
+    nest = step_nest(kernel, loop, nests(kernel), "depthwise_conv",
+                     "plain depthwise conv nest", lanes=lanes, chains=chains)
     if _plane(nest, lanes)[0] > MAX_DEPTHWISE_PLANE:
         raise ScheduleError(f"kernel @{kernel.name}: depthwise_conv %{loop}: the padded"
                             f" plane is larger than {MAX_DEPTHWISE_PLANE} floats")

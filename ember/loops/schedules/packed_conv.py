@@ -33,7 +33,6 @@ The measurements behind these choices: docs/decisions.md.
 from __future__ import annotations
 
 from ember.dtypes import DType
-from ember.errors import ScheduleError
 from ember.loops.ir import Binary, Const, Fma, For, Kernel, Load, Stmt, Store, Var, binary
 from ember.loops.schedules.gemm import MIN_PARALLEL_FMAS
 from ember.loops.schedules.lanes import vector_loop
@@ -44,6 +43,7 @@ from ember.loops.schedules.window_nest import (
     mentions,
     product_terms,
     replace_nest,
+    step_nest,
     window_nests,
 )
 from ember.loops.simplify import simplify_kernel
@@ -122,10 +122,7 @@ def default_parameters(nest: WindowNest, target: Target) -> dict[str, int]:
 def packed_conv(kernel: Kernel, loop: str) -> Kernel:
     """The schedule primitive: the plain packed conv nest of `loop` (a top-level loop of
     `kernel`) in tiles of output positions by one panel of output channels."""
-    nest = dict(nests(kernel)).get(loop)
-    if nest is None:
-        raise ScheduleError(f"kernel @{kernel.name}: %{loop} is not the outermost loop of a"
-                            " plain packed conv nest")
+    nest = step_nest(kernel, loop, nests(kernel), "packed_conv", "plain packed conv nest")
     shapes = {b.name: b.shape for b in (*kernel.params, *kernel.locals)}
     lanes = panel_width(nest, shapes)
     scheduled = replace_nest(kernel, loop, nest.acc, lambda names: _packed_tiles(

@@ -39,7 +39,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ember.dtypes import DType
-from ember.errors import ScheduleError
 from ember.loops.ir import (
     Binary,
     Const,
@@ -55,7 +54,12 @@ from ember.loops.ir import (
 from ember.loops.schedules.lanes import largest_divisor, vector_loop
 from ember.loops.schedules.names import FreshNames
 from ember.loops.schedules.params import Parameters
-from ember.loops.schedules.window_nest import WindowNest, replace_nest, window_nests
+from ember.loops.schedules.window_nest import (
+    WindowNest,
+    replace_nest,
+    step_nest,
+    window_nests,
+)
 from ember.loops.simplify import simplify_kernel
 from ember.loops.verify import verify_kernel
 from ember.loops.windows import all_of, window_checks, window_position
@@ -105,13 +109,8 @@ def default_parameters(nest: WindowNest, target: Target) -> dict[str, int]:
 def pool(kernel: Kernel, loop: str, lanes: int, chains: int) -> Kernel:
     """The schedule primitive: the plain pool nest of `loop` (a top-level loop of `kernel`)
     as vectors of `lanes` output columns, up to `chains` rows at once."""
-    nest = dict(nests(kernel)).get(loop)
-    if nest is None:
-        raise ScheduleError(f"kernel @{kernel.name}: %{loop} is not the outermost loop of a"
-                            " plain 2-D f32 pool nest")
-    if min(lanes, chains) < 1:
-        raise ScheduleError(f"kernel @{kernel.name}: pool %{loop}: lanes and chains must be"
-                            " positive")
+    nest = step_nest(kernel, loop, nests(kernel), "pool", "plain 2-D f32 pool nest",
+                     lanes=lanes, chains=chains)
     scheduled = replace_nest(kernel, loop, nest.acc,
                              lambda names: _pool_rows(names, nest, lanes, chains))
     return verify_kernel(simplify_kernel(scheduled))

@@ -22,6 +22,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ember.dtypes import DType
+from ember.errors import ScheduleError
 from ember.loops.analysis import affine_form
 from ember.loops.ir import (
     INDEX,
@@ -214,6 +215,21 @@ def window_nests(kernel: Kernel, reduction_depth: int) -> list[tuple[str, Window
         if nest is not None and all(nest.extents):
             found.append((top.var.name, nest))
     return found
+
+
+def step_nest(kernel: Kernel, loop: str, found: list[tuple[str, WindowNest]], step: str,
+              what: str, **sizes: int) -> WindowNest:
+    """The nest of `loop` among a step's `found` nests, its `sizes` checked positive; a
+    ScheduleError naming the step when there is none or one is not."""
+    nest = dict(found).get(loop)
+    if nest is None:
+        raise ScheduleError(f"kernel @{kernel.name}: %{loop} is not the outermost loop of a"
+                            f" {what}")
+    bad = [name for name, value in sizes.items() if value < 1]
+    if bad:
+        raise ScheduleError(f"kernel @{kernel.name}: {step} %{loop}: {', '.join(bad)} must be"
+                            " positive")
+    return nest
 
 
 def replace_nest(kernel: Kernel, loop: str, acc: str, build) -> Kernel:
