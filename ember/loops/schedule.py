@@ -17,6 +17,7 @@ Independence is `ember.loops.analysis.independent`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import warnings
@@ -48,6 +49,7 @@ from ember.loops.schedules import gemm as gemm_schedules
 from ember.loops.schedules import packed_conv as packed_conv_schedules
 from ember.loops.schedules import pool as pool_schedules
 from ember.loops.schedules.params import Parameters
+from ember.loops.schedules.window_nest import Windows, window_nests
 from ember.loops.simplify import simplify_kernel
 from ember.loops.text import print_kernel
 from ember.loops.tune.context import Tuning, chosen_gemm_schedule
@@ -165,11 +167,14 @@ class NestClass:
     and the values a search tries), and the step's arguments for given values."""
 
     step: str  # the primitive's name (ember/loops/primitives.py), also the tuning key's
-    nests: Callable[[Kernel], list[tuple[str, Any]]]
+    nests: Callable[[Kernel, Windows], list[tuple[str, Any]]]
     defaults: Callable[[Any, Target], dict[str, int]]  # (nest, target) -> values
     choices: Callable[[Target], dict[str, tuple[int, ...]]]
     # (nest, values, target) -> the step's arguments after its loop; None: the values
     arguments: Callable[[Any, dict[str, int], Target], tuple] | None = None
+    # (nest, values) -> whether the step can schedule the nest so (None: always); a nest
+    # it cannot keeps its plain nest
+    fits: Callable[[Any, dict[str, int]], bool] | None = None
 
     def make_step(self, loop: str, nest: Any, values: dict[str, int], target: Target) -> Step:
         args = tuple(values.values()) if self.arguments is None else \
@@ -194,15 +199,15 @@ NEST_CLASSES = (
               lambda target: _choices(pool_schedules.PARAMETERS)),
     NestClass("depthwise_conv", depthwise_schedules.nests,
               depthwise_schedules.default_parameters,
-              lambda target: _choices(depthwise_schedules.PARAMETERS)),
+              lambda target: _choices(depthwise_schedules.PARAMETERS),
+              fits=depthwise_schedules.plane_fits),
 )
 
 
 @dataclass(frozen=True)
 class NestStep:
-    """A nest's composite step: its class, the parameters chosen, the step they make."""
+    """A nest's composite step: the parameters chosen and the step they make."""
 
-    cls: NestClass
     loop: str
     values: dict[str, int]
     step: Step
@@ -215,8 +220,9 @@ def _nest_steps(kernel: Kernel, target: Target, tuning: Tuning | None,
     scheduled in full and timed), else the target's defaults; each noted in
     `tuning.chosen` under `<step>/<hash of the nest>`."""
     found: list[NestStep] = []
+    windows = functools.cache(functools.partial(window_nests, kernel))  # found once a depth
     for cls in NEST_CLASSES:
-        for loop, nest in cls.nests(kernel):
+        for loop, nest in cls.nests(kernel, windows):
             if loop in {s.loop for s in found}:
                 continue
             values = cls.defaults(nest, target)
@@ -231,7 +237,8 @@ def _nest_steps(kernel: Kernel, target: Target, tuning: Tuning | None,
                 given = record.get("schedule", {}) if isinstance(record, dict) else {}
                 values = {n: int(given.get(n, v)) for n, v in values.items()}
                 tuning.chosen[key] = {"schedule": values}
-            found.append(NestStep(cls, loop, values, cls.make_step(loop, nest, values, target)))
+            if cls.fits is None or cls.fits(nest, values):
+                found.append(NestStep(loop, values, cls.make_step(loop, nest, values, target)))
     return found
 
 
@@ -242,16 +249,13 @@ def _search_nest(kernel: Kernel, target: Target, tuning: Tuning, matmuls: list,
     cls, loop, nest, defaults, key = candidate
     options = [values[cls.step] for values in
                value_sets({cls.step: (defaults, cls.choices(target))})]
-    later = []
-    for c in NEST_CLASSES:
-        for name, other in c.nests(kernel):
-            if name not in {loop, *(s.loop for s in (*before, *later))}:
-                values = c.defaults(other, target)
-                later.append(NestStep(c, name, values, c.make_step(name, other, values,
-                                                                   target)))
+    options = [v for v in options if cls.fits is None or cls.fits(nest, v)]
+    # The nests after this one with their defaults.
+    later = [s for s in _nest_steps(kernel, target, None, matmuls)
+             if s.loop not in {loop, *(t.loop for t in before)}]
     texts = []
     for values in options:
-        steps = [*before, NestStep(cls, loop, values, cls.make_step(loop, nest, values, target)),
+        steps = [*before, NestStep(loop, values, cls.make_step(loop, nest, values, target)),
                  *later]
         texts.append(print_kernel(_default_scheduling(kernel, target, matmuls, steps).kernel))
     outputs = len(stored_buffers(kernel.body) & {b.name for b in kernel.params})
@@ -394,10 +398,7 @@ def _default_scheduling(kernel: Kernel, target: Target, matmuls: list | None = N
         matmuls = _matmul_schedules(kernel, target, None)
     _block_matmuls(scheduling, target, matmuls)
     for nest in _nest_steps(kernel, target, None, matmuls) if nests is None else nests:
-        try:
-            scheduling.apply(nest.step.name, *nest.step.args)
-        except ScheduleError:
-            continue  # (a depthwise conv's plane too large for the stack) the plain nest
+        scheduling.apply(nest.step.name, *nest.step.args)
     _block_transposes(scheduling, target)
     _parallelize_nests(scheduling, MIN_PARALLEL_WORK)
     _vectorize_inner_loops(scheduling, target)

@@ -47,14 +47,14 @@ MIN_PACKED_DEPTH_WASTEFUL = 128
 GEMM_LANES = 16
 
 
-def avx512_panels(m: int) -> int | None:
+def default_panels(m: int) -> int | None:
     return 32 if m % 32 == 0 else 16 if m % 16 == 0 else None
 
 
-PanelWidth = Callable[[int], "int | None"]  # output channels M -> panel width, or None
+PanelWidth = Callable[[int], int | None]  # output channels M -> panel width, or None
 
 
-def packed_lanes(op: Op, panel_width: PanelWidth = avx512_panels,
+def packed_lanes(op: Op, panel_width: PanelWidth = default_panels,
                  gemm_lanes: int = GEMM_LANES) -> int | None:
     """The panel width for `op`'s packed form, or None when it should keep the GEMM.
     `panel_width(M)`: the target's widest panel of output channels that divides M (the
@@ -97,6 +97,6 @@ def pack_convs(graph: Graph, panel_width: PanelWidth | None = None,
     see `packed_lanes`)."""
     table = PatternTable()
     table.add("conv", functools.partial(packed_weights, panel_width=panel_width or
-                                        avx512_panels, gemm_lanes=gemm_lanes))
+                                        default_panels, gemm_lanes=gemm_lanes))
     apply_patterns(graph, table)
     return graph

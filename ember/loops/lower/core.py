@@ -74,10 +74,6 @@ class LowerContext:
         self.outputs = [Buffer(f"y{i}", v.dtype, v.shape) for i, v in enumerate(op.results)]
         self.locals: list[Buffer] = []
         self._vars = 0
-        # Set by the fused lowering when the stores of this op's result will carry
-        # transcendental math (a GELU after a matmul): a schedule that writes a register
-        # tile at once then writes it a row at a time instead (ember/loops/schedules/gemm.py).
-        self.heavy_epilogue = False
 
     def knobs(self, kernel_class: str, defaults: dict[str, int],
               **choices: tuple[int, ...]) -> dict[str, int]:

@@ -163,9 +163,6 @@ class FusedKernel:
             raise UnsupportedOpError(f"{root.where()}: no lowering to loops")
         scalar = self.ctx.local(root.result.dtype)
         self.sources[root.result] = lambda index: Load(scalar.name, (), scalar.dtype)
-        probe = [Var(f"probe{d}") for d in range(len(root.result.shape))]
-        rctx.heavy_epilogue = any(transcendental(e) for s in self.store_outputs(probe)
-                                  for e in walk_expr(s.value))
         body = fn(rctx)
         stores = 0
 

@@ -18,6 +18,7 @@ vector registers).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -37,6 +38,7 @@ from ember.loops.schedules.names import FreshNames
 from ember.loops.schedules.params import Parameters
 from ember.loops.schedules.window_nest import (
     WindowNest,
+    Windows,
     mentions,
     product_terms,
     replace_nest,
@@ -106,12 +108,13 @@ def parameters(target: Target) -> Parameters:
             "parallel": (default.parallel, (2, 4, 8))}
 
 
-def nests(kernel: Kernel) -> list[tuple[str, WindowNest]]:
+def nests(kernel: Kernel, windows: Windows | None = None) -> list[tuple[str, WindowNest]]:
     """The top-level nests of `kernel` that are plain f32 2-D convs whose input channel is
     the reduced one (x's read does not follow the output channel, w's not the image), each
-    with its outermost loop's name: what the `conv_gemm` step schedules."""
+    with its outermost loop's name: what the `conv_gemm` step schedules. `windows`: the
+    kernel's window nests by depth, when the caller has found them."""
     found = []
-    for loop, nest in window_nests(kernel, 3):
+    for loop, nest in (windows or functools.partial(window_nests, kernel))(3):
         terms = product_terms(nest) if nest.combine == "add" and \
             nest.init == Const(0.0, F32) else None
         if terms and not mentions(terms[0], {nest.output[1]}) and \
@@ -138,7 +141,7 @@ def conv_gemm(kernel: Kernel, loop: str, mr: int, nr: int, kc: int, mc: int, nc:
               pack_a: int, parallel: int) -> Kernel:
     """The schedule primitive: the plain conv nest of `loop` (a top-level loop of `kernel`)
     as an implicit GEMM blocked by this GemmSchedule."""
-    nest = step_nest(kernel, loop, nests(kernel), "conv_gemm",
+    nest = step_nest(kernel, loop, nests, "conv_gemm",
                      "plain conv nest that is an implicit GEMM", mr=mr, nr=nr, kc=kc, mc=mc,
                      nc=nc, parallel=parallel)
     schedule = GemmSchedule(mr, nr, kc, mc, nc, bool(pack_a), parallel)

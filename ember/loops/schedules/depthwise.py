@@ -36,6 +36,7 @@ The measurements behind these choices: docs/decisions.md.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from ember.dtypes import DType
@@ -58,6 +59,7 @@ from ember.loops.schedules.names import FreshNames
 from ember.loops.schedules.params import Parameters
 from ember.loops.schedules.window_nest import (
     WindowNest,
+    Windows,
     mentions,
     product_terms,
     replace_nest,
@@ -75,14 +77,21 @@ PARAMETERS: Parameters = {"lanes": (16, (8, 16, 32)), "chains": (8, (1, 2, 4, 8,
 MAX_DEPTHWISE_PLANE = 1 << 16  # floats (256 KiB) of padded plane, on each thread's stack
 
 
-def nests(kernel: Kernel) -> list[tuple[str, WindowNest]]:
+def nests(kernel: Kernel, windows: Windows | None = None) -> list[tuple[str, WindowNest]]:
     """The top-level nests of `kernel` that are plain f32 2-D convs with one input channel
     per output channel (x read at a channel that follows the output's), each with its
-    outermost loop's name: what the `depthwise_conv` step schedules."""
-    return [(loop, nest) for loop, nest in window_nests(kernel, 3)
+    outermost loop's name: what the `depthwise_conv` step schedules. `windows`: the
+    kernel's window nests by depth, when the caller has found them."""
+    return [(loop, nest) for loop, nest in (windows or functools.partial(window_nests, kernel))(3)
             if nest.combine == "add" and nest.init == Const(0.0, F32)
             and nest.reduction_extents[0] == 1 and (terms := product_terms(nest))
             and mentions(terms[0], {nest.output[1]})]
+
+
+def plane_fits(nest: WindowNest, values: dict[str, int]) -> bool:
+    """Whether the padded plane at `values`' lanes fits MAX_DEPTHWISE_PLANE (a thread's
+    stack budget); a conv whose plane does not keeps its plain nest."""
+    return _plane(nest, values["lanes"])[0] <= MAX_DEPTHWISE_PLANE
 
 
 def default_parameters(nest: WindowNest, target: Target) -> dict[str, int]:
@@ -96,9 +105,9 @@ def depthwise_conv(kernel: Kernel, loop: str, lanes: int, chains: int) -> Kernel
     """The schedule primitive: the plain depthwise conv nest of `loop` (a top-level loop of
     `kernel`) through a padded plane, `lanes` output columns a vector, up to `chains`
     vectors at once."""
-    nest = step_nest(kernel, loop, nests(kernel), "depthwise_conv",
+    nest = step_nest(kernel, loop, nests, "depthwise_conv",
                      "plain depthwise conv nest", lanes=lanes, chains=chains)
-    if _plane(nest, lanes)[0] > MAX_DEPTHWISE_PLANE:
+    if not plane_fits(nest, {"lanes": lanes}):
         raise ScheduleError(f"kernel @{kernel.name}: depthwise_conv %{loop}: the padded"
                             f" plane is larger than {MAX_DEPTHWISE_PLANE} floats")
     scheduled = replace_nest(kernel, loop, nest.acc,

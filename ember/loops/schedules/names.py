@@ -22,9 +22,6 @@ class FreshNames:
         self.next = max(numbers, default=-1) + 1
         self.first_local = len(kernel.locals)
         self.locals: list[Buffer] = []
-        # The epilogue is in the nest, where a builder sees it: no lowering has to say
-        # whether it is heavy (as a conv's, scheduled in its lowering, does).
-        self.heavy_epilogue = False
 
     def var(self, hint: str) -> Var:
         while f"{hint}{self.next}" in self.taken:

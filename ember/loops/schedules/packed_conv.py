@@ -32,6 +32,8 @@ The measurements behind these choices: docs/decisions.md.
 
 from __future__ import annotations
 
+import functools
+
 from ember.dtypes import DType
 from ember.loops.ir import Binary, Const, Fma, For, Kernel, Load, Stmt, Store, Var, binary
 from ember.loops.schedules.gemm import MIN_PARALLEL_FMAS
@@ -40,6 +42,7 @@ from ember.loops.schedules.names import FreshNames
 from ember.loops.schedules.params import Parameters
 from ember.loops.schedules.window_nest import (
     WindowNest,
+    Windows,
     mentions,
     product_terms,
     replace_nest,
@@ -99,13 +102,14 @@ def panel_width(nest: WindowNest, shapes: dict[str, tuple[int, ...]]) -> int | N
     return None
 
 
-def nests(kernel: Kernel) -> list[tuple[str, WindowNest]]:
+def nests(kernel: Kernel, windows: Windows | None = None) -> list[tuple[str, WindowNest]]:
     """The top-level nests of `kernel` that are plain f32 2-D convs with no padding whose
     filter is read from panels of output channels, each with its outermost loop's name:
-    what the `packed_conv` step schedules."""
+    what the `packed_conv` step schedules. `windows`: the kernel's window nests by
+    depth, when the caller has found them."""
     shapes = {b.name: b.shape for b in (*kernel.params, *kernel.locals)}
     found = []
-    for loop, nest in window_nests(kernel, 3):
+    for loop, nest in (windows or functools.partial(window_nests, kernel))(3):
         terms = product_terms(nest)
         if nest.combine == "add" and nest.init == Const(0.0, F32) and terms and \
                 not any(nest.pads_begin) and not mentions(terms[0], {nest.output[1]}) and \
@@ -122,7 +126,7 @@ def default_parameters(nest: WindowNest, target: Target) -> dict[str, int]:
 def packed_conv(kernel: Kernel, loop: str) -> Kernel:
     """The schedule primitive: the plain packed conv nest of `loop` (a top-level loop of
     `kernel`) in tiles of output positions by one panel of output channels."""
-    nest = step_nest(kernel, loop, nests(kernel), "packed_conv", "plain packed conv nest")
+    nest = step_nest(kernel, loop, nests, "packed_conv", "plain packed conv nest")
     shapes = {b.name: b.shape for b in (*kernel.params, *kernel.locals)}
     lanes = panel_width(nest, shapes)
     scheduled = replace_nest(kernel, loop, nest.acc, lambda names: _packed_tiles(

@@ -36,7 +36,7 @@ rows at once (R) are parameters. The measurements behind these choices: docs/dec
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
 
 from ember.dtypes import DType
 from ember.loops.ir import (
@@ -56,6 +56,7 @@ from ember.loops.schedules.names import FreshNames
 from ember.loops.schedules.params import Parameters
 from ember.loops.schedules.window_nest import (
     WindowNest,
+    Windows,
     replace_nest,
     step_nest,
     window_nests,
@@ -72,32 +73,12 @@ PARAMETERS: Parameters = {"lanes": (16, (8, 16, 32)), "chains": (8, (1, 2, 4, 8)
 IDENTITY = {"max": Const(-float("inf"), F32), "add": Const(0.0, F32)}
 
 
-@dataclass(frozen=True)
-class Pool2d:
-    """The windows of a 2-D pool of x [N, C, H, W] into y [N, C, OH, OW]."""
-
-    images: int
-    channels: int
-    out_rows: int
-    out_cols: int
-    in_sizes: tuple[int, int]  # (H, W)
-    kernel: tuple[int, ...]
-    strides: tuple[int, ...]
-    pads_begin: tuple[int, ...]
-    dilations: tuple[int, ...]
-
-
-def pool_of(nest: WindowNest) -> Pool2d:
-    """The windows of pool nest `nest`."""
-    return Pool2d(*nest.extents, nest.in_sizes, nest.kernel, nest.strides, nest.pads_begin,
-                  nest.dilations)
-
-
-def nests(kernel: Kernel) -> list[tuple[str, WindowNest]]:
+def nests(kernel: Kernel, windows: Windows | None = None) -> list[tuple[str, WindowNest]]:
     """The top-level nests of `kernel` that are plain 2-D f32 max or average pools (a
     window nest over the taps, from the combine's identity), each with its outermost loop's
-    name: what the `pool` step schedules."""
-    return [(loop, nest) for loop, nest in window_nests(kernel, 2)
+    name: what the `pool` step schedules. `windows`: the kernel's window nests by
+    depth, when the caller has found them."""
+    return [(loop, nest) for loop, nest in (windows or functools.partial(window_nests, kernel))(2)
             if IDENTITY.get(nest.combine) == nest.init]
 
 
@@ -109,7 +90,7 @@ def default_parameters(nest: WindowNest, target: Target) -> dict[str, int]:
 def pool(kernel: Kernel, loop: str, lanes: int, chains: int) -> Kernel:
     """The schedule primitive: the plain pool nest of `loop` (a top-level loop of `kernel`)
     as vectors of `lanes` output columns, up to `chains` rows at once."""
-    nest = step_nest(kernel, loop, nests(kernel), "pool", "plain 2-D f32 pool nest",
+    nest = step_nest(kernel, loop, nests, "pool", "plain 2-D f32 pool nest",
                      lanes=lanes, chains=chains)
     scheduled = replace_nest(kernel, loop, nest.acc,
                              lambda names: _pool_rows(names, nest, lanes, chains))
@@ -118,10 +99,8 @@ def pool(kernel: Kernel, loop: str, lanes: int, chains: int) -> Kernel:
 
 def _pool_rows(names: FreshNames, nest: WindowNest, lanes: int, chains: int) -> list[Stmt]:
     """The scheduled nest of `nest` (the module docstring's After)."""
-    g = pool_of(nest)
-    oh_n, ow_n = g.out_rows, g.out_cols
-    nb, channels = g.images, g.channels
-    kernel, strides, pb, dilations = g.kernel, g.strides, g.pads_begin, g.dilations
+    nb, channels, oh_n, ow_n = nest.extents
+    kernel, strides, pb, dilations = nest.kernel, nest.strides, nest.pads_begin, nest.dilations
     identity = IDENTITY[nest.combine]
     lanes = min(lanes, ow_n)
     blocks = (ow_n + lanes - 1) // lanes
@@ -145,7 +124,7 @@ def _pool_rows(names: FreshNames, nest: WindowNest, lanes: int, chains: int) -> 
         col = ow0 * lanes + jj
         positions = [window_position(o, t, s_, p, d) for o, t, s_, p, d in
                      zip((row, col), (kh, kw), strides, pb, dilations)]
-        conds = window_checks(positions, g.in_sizes, (oh_n, blocks * lanes), kernel,
+        conds = window_checks(positions, nest.in_sizes, (oh_n, blocks * lanes), kernel,
                               strides, pb, dilations)
         value = nest.at(nest.term, values(jj))
         if conds:

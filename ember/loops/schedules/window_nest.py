@@ -19,6 +19,7 @@ schedule's checks stand in for it.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ember.dtypes import DType
@@ -205,23 +206,29 @@ def _geometry(term: Expr, out: list[str], taps: list[str],
     return tuple(tuple(a[i] for a in axes) for i in range(5))
 
 
-def window_nests(kernel: Kernel, reduction_depth: int) -> list[tuple[str, WindowNest]]:
-    """The top-level nests of `kernel` that are windowed reductions with work in them,
-    each with its outermost loop's name."""
+Windows = Callable[[int], list[tuple[str, WindowNest]]]  # depth -> a kernel's window nests
+
+
+def window_nests(kernel: Kernel, reduction_depth: int, loop: str | None = None
+                 ) -> list[tuple[str, WindowNest]]:
+    """The top-level nests of `kernel` (the one of `loop`, when given) that are windowed
+    reductions with work in them, each with its outermost loop's name."""
     shapes = {b.name: b.shape for b in (*kernel.params, *kernel.locals)}
     found = []
     for top in kernel.body:
-        nest = match_window(top, shapes, reduction_depth) if isinstance(top, For) else None
+        if not isinstance(top, For) or loop is not None and top.var.name != loop:
+            continue
+        nest = match_window(top, shapes, reduction_depth)
         if nest is not None and all(nest.extents):
             found.append((top.var.name, nest))
     return found
 
 
-def step_nest(kernel: Kernel, loop: str, found: list[tuple[str, WindowNest]], step: str,
-              what: str, **sizes: int) -> WindowNest:
-    """The nest of `loop` among a step's `found` nests, its `sizes` checked positive; a
-    ScheduleError naming the step when there is none or one is not."""
-    nest = dict(found).get(loop)
+def step_nest(kernel: Kernel, loop: str, nests: Callable[[Kernel, Windows], list],
+              step: str, what: str, **sizes: int) -> WindowNest:
+    """The nest of `loop` if the step's finder `nests` takes it, its `sizes` checked
+    positive; a ScheduleError naming the step when it does not or one is not."""
+    nest = dict(nests(kernel, lambda depth: window_nests(kernel, depth, loop))).get(loop)
     if nest is None:
         raise ScheduleError(f"kernel @{kernel.name}: %{loop} is not the outermost loop of a"
                             f" {what}")
