@@ -45,7 +45,6 @@ from ember.loops.schedules.window_nest import (
     step_nest,
     window_nests,
 )
-from ember.loops.simplify import simplify_kernel
 from ember.loops.verify import verify_kernel
 from ember.loops.windows import all_of, position_checks, window_position
 from ember.target import Target
@@ -151,7 +150,7 @@ def conv_gemm(kernel: Kernel, loop: str, mr: int, nr: int, kc: int, mc: int, nc:
 
     scheduled = replace_nest(kernel, loop, nest.acc, build)
     # A padded conv's packing has divisions that vary by lane: those loops run serially.
-    return verify_kernel(simplify_kernel(serial_unless_vectorizable(scheduled)))
+    return verify_kernel(serial_unless_vectorizable(scheduled, simplified=True))
 
 
 def _conv_as_gemm(names: FreshNames, nest: WindowNest, schedule: GemmSchedule

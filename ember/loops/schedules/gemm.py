@@ -97,7 +97,6 @@ from ember.loops.ir import (
 )
 from ember.loops.schedules.lanes import serial_unless_vectorizable
 from ember.loops.schedules.names import FreshNames
-from ember.loops.simplify import simplify_kernel
 from ember.loops.verify import verify_kernel
 from ember.target import Target
 
@@ -842,4 +841,4 @@ def gemm(kernel: Kernel, loop: str, mr: int, nr: int, kc: int, mc: int, nc: int,
                                                   *kernel.body[at + 1:]],
                                     locals=[*kernel.locals, *names.locals])
     # A one-column tile's write-back has no vector code: its loop runs serially.
-    return verify_kernel(simplify_kernel(serial_unless_vectorizable(scheduled)))
+    return verify_kernel(serial_unless_vectorizable(scheduled, simplified=True))

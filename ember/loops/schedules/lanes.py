@@ -38,16 +38,20 @@ def largest_divisor(n: int, most: int) -> int:
     return max(d for d in range(1, max(1, most) + 1) if n % d == 0)
 
 
-def serial_unless_vectorizable(kernel: Kernel) -> Kernel:
+def serial_unless_vectorizable(kernel: Kernel, simplified: bool = False) -> Kernel:
     """`kernel` with each `vectorized` loop that cannot run on lanes once its indices are
     simplified (`plan_vector`) made serial, as code generation ran it when it decided:
     loops that lowerings mark for lanes whose bodies have no vector code (a bf16
     write-back, a one-column GEMM tile's store, a padded conv's lane-varying divisions,
-    Winograd's several stores per tile). The verifier rejects any other such loop."""
-    simplified = simplify_kernel(kernel)  # what the schedule and code generation see
-    loops = zip(walk_stmts(kernel.body), walk_stmts(simplified.body))
+    Winograd's several stores per tile). The verifier rejects any other such loop.
+    `simplified`: return the kernel with its indices simplified too (a schedule step's
+    result), which this finds anyway."""
+    simple = simplify_kernel(kernel)  # what the schedule and code generation see
+    if simplified:
+        kernel = simple
+    loops = zip(walk_stmts(kernel.body), walk_stmts(simple.body))
     serial = {id(s) for s, t in loops if isinstance(s, For) and s.kind == "vectorized"
-              and isinstance(vector_plan_in(simplified, t), str)}
+              and isinstance(vector_plan_in(simple, t), str)}
     if not serial:
         return kernel
 
