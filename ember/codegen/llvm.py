@@ -84,6 +84,10 @@ from ember.loops.verify import interval
 
 VOID = ir.VoidType()
 ENTRY_ARGS = ("inputs", "outputs", "constants", "arena")
+# Locals start on a cache line, as the arena's buffers do: a vector load that straddles two
+# lines costs two (a packed B panel read one 64-byte vector per row, 16-byte aligned on the
+# stack, ran at 0.87x torch.matmul on Sapphire Rapids; docs/benchmarks.md).
+LOCAL_ALIGN = 64
 
 
 def entry_name(program_name: str) -> str:
@@ -118,6 +122,7 @@ class KernelEmitter:
         for local in kernel.locals if locals_ is None else locals_:
             slot = self.allocas.alloca(ir.ArrayType(storage_type(local.dtype), local.numel),
                                        name=local.name)
+            slot.align = LOCAL_ALIGN
             self.buffers[local.name] = (slot, local)
         self.local_names = {local.name for local in kernel.locals}
         self.shapes = {b.name: b.shape for b in (*kernel.params, *kernel.locals)}

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from ember.codegen import CodegenError, cpu
-from ember.codegen.llvm import kernel_module, program_module
+from ember.codegen.llvm import LOCAL_ALIGN, kernel_module, program_module
 from ember.errors import VerificationError
 from ember.loops.text import parse_kernel, parse_program
 from ember.loops.verify import verify_kernel, verify_program
@@ -107,6 +107,15 @@ def test_row_sum_with_a_private_accumulator() -> None:
     ir = cpu.llvm_ir_text(kernel_module([parse_kernel(ROW_SUM)]), optimized=False, target=HOST)
     assert re.search(r"%acc = alloca", function_text(ir, "row_sum.parallel0"))
     assert function_text(ir, "row_sum").count("%acc") == 1  # its own alloca, unused
+
+
+def test_locals_start_on_a_cache_line_in_kernels_and_outlined_bodies() -> None:
+    """A local is a vector's home (a packed panel read one vector per row): one that
+    straddles two cache lines costs two loads."""
+    ir = cpu.llvm_ir_text(kernel_module([parse_kernel(ROW_SUM)]), optimized=False, target=HOST)
+    for name in ("row_sum", "row_sum.parallel0"):
+        allocas = re.findall(r"%acc = alloca [^\n]*", function_text(ir, name))
+        assert allocas and all(a.endswith(f"align {LOCAL_ALIGN}") for a in allocas), allocas
 
 
 MATMUL = """kernel @matmul(%a: f64[13,7], %b: f64[7,5], %c: f64[13,5]) {

@@ -28,6 +28,7 @@ from ember.loops.schedules.gemm import (
     matvec_width,
     register_tile,
     tile_rows,
+    tile_vectors,
 )
 from ember.target import Target
 
@@ -137,12 +138,16 @@ def test_lowered_matmul_micro_kernel_has_the_targets_tile(target) -> None:
 
 
 def test_synthetic_targets_get_different_micro_kernels() -> None:
-    """The same 128-row matmul lowered for 8 and 4 lanes gets 6x16 and 13x8 tiles (8 lanes x
-    16 registers hold 6 rows; 32 registers hold 14, and 10 tiles of 13 cover 128 rows in
-    fewer FMA rounds than 10 of 14 or 11 of 12)."""
+    """The same 128-row matmul lowered for three targets. 8 lanes x 16 registers: 2 vectors
+    across, 6 rows (6x16). 4 lanes x 32 registers and one FMA unit: 2 vectors, 14 rows
+    (16 loads per 28 FMA cycles), and 10 tiles of 13 cover 128 rows in fewer FMA rounds
+    than 10 of 14 or 11 of 12 (13x8). The same with two FMA units: 2 vectors would ask 16
+    loads per 14 cycles, 4 vectors of 6 rows ask 10 per 12 (6x16, four vectors)."""
+    one_fma = FOUR_LANES.with_(name="sse-32regs-1fma", fma_units=1)
+    assert [tile_vectors(t) for t in (EIGHT_LANES, one_fma, FOUR_LANES)] == [2, 2, 4]
     shapes = [tuple(map(extent, micro_kernel(scheduled(matmul_graph(), t).kernels[0])))
-              for t in (EIGHT_LANES, FOUR_LANES)]
-    assert shapes == [(6, 16), (13, 8)]
+              for t in (EIGHT_LANES, one_fma, FOUR_LANES)]
+    assert shapes == [(6, 16), (13, 8), (6, 16)]
 
 
 # -- (b) elementwise kernels -----------------------------------------------------------------
@@ -204,26 +209,31 @@ def test_elementwise_compiled_for_synthetic_target_matches_numpy(target) -> None
 
 
 # -- (c) the presets' documented tiles --------------------------------------------------------
-# register_tile: two vectors across; the most rows = (registers - 2 - 1) // 2 (accumulators
-# + 2 B vectors + 1 broadcast fit; tile_rows picks a matmul's rows up to these).
+# register_tile: tile_vectors across (the fewest whose tallest tile asks at most one load a
+# cycle of its FMA units: (rows + vectors) * fma_units / (rows * vectors) <= 1); the most
+# rows = (registers - vectors - 1) // vectors (accumulators + B's vectors + 1 broadcast
+# fit; tile_rows picks a matmul's rows up to these).
 # conv_tile: CONV_COLUMNS (16) f32 across; rows = (registers - vectors - 1) // vectors,
 # at most 8. matvec_width: MAX 256 bytes of f32 across, at most (registers - 2) // 2 vectors
 # (two rows of accumulators and their broadcasts).
 PRESET_TILES = {
-    # 8 lanes, 16 registers, 2 FMA x 4: 6 rows x 2 vectors = 12 accumulators >= 8, 15 of 16
-    # registers; conv: 16 columns = 2 vectors, same 6 rows; matvec: 8 vectors of 256 bytes
-    # but only (16 - 2) // 2 = 7 fit, 56 columns.
+    # 8 lanes, 16 registers, 2 FMA x 4: no width asks one load a cycle or less (2 vectors:
+    # 6 rows, 8 loads per 6 cycles; 4 vectors: 2 rows, 6 per 4), 2 is the fewest loads;
+    # conv: 16 columns = 2 vectors, same 6 rows; matvec: 8 vectors of 256 bytes but only
+    # (16 - 2) // 2 = 7 fit, 56 columns.
     "znver3": ((6, 16), (6, 16), 56),
-    # 16 lanes, 32 registers, 1 FMA x 4: (32 - 3) // 2 = 14 rows; conv: 16 columns =
-    # 1 vector, 30 rows cut to 8; matvec: 256 bytes = 4 vectors.
+    # 16 lanes, 32 registers, 1 FMA x 4: 2 vectors (16 loads per 28 cycles), (32 - 3) // 2
+    # = 14 rows; conv: 16 columns = 1 vector, 30 rows cut to 8; matvec: 256 bytes =
+    # 4 vectors.
     "znver4": ((14, 32), (8, 16), 64),
-    # 16 lanes, 32 registers, 2 FMA x 4: as znver4.
-    "sapphirerapids": ((14, 32), (8, 16), 64),
-    # 4 lanes, 32 registers, 2 FMA x 4: 14 rows; conv: 16 columns = 4 vectors,
-    # (32 - 4 - 1) // 4 = 6 rows (24 + 4 + 1 = 29 registers); matvec: 256 bytes =
-    # 16 vectors, (32 - 2) // 2 = 15 fit, 60 columns.
-    "neoverse-n1": ((14, 8), (6, 16), 60),
-    # 4 lanes, 32 registers, 1 FMA x 4: the same tiles as neoverse-n1.
+    # 16 lanes, 32 registers, 2 FMA x 4: 2 vectors would ask 16 loads per 14 cycles, 4
+    # vectors of (32 - 5) // 4 = 6 rows ask 10 per 12; conv and matvec as znver4.
+    "sapphirerapids": ((6, 64), (8, 16), 64),
+    # 4 lanes, 32 registers, 2 FMA x 4: 4 vectors of 6 rows, as sapphirerapids; conv:
+    # 16 columns = 4 vectors, (32 - 4 - 1) // 4 = 6 rows (24 + 4 + 1 = 29 registers);
+    # matvec: 256 bytes = 16 vectors, (32 - 2) // 2 = 15 fit, 60 columns.
+    "neoverse-n1": ((6, 16), (6, 16), 60),
+    # 4 lanes, 32 registers, 1 FMA x 4: 2 vectors of 14 rows, as znver4.
     "aarch64-linux-gnu": ((14, 8), (6, 16), 60),
 }
 
@@ -251,15 +261,15 @@ def test_preset_conv_and_matvec_tiles_fit_the_registers(name) -> None:
 
 
 # A square sgemm's tile rows and blocks on each preset. Rows: at most the registers' 14 (6
-# with 16 registers); A's rows 4 KiB apart (K = 1024) all fall in one set of a 4 KiB-way L1
-# (znver3/4: 32 KiB 8-way; sapphirerapids: 48 KiB 12-way), so the rows stop at its ways;
-# neoverse-n1's ways are 16 KiB (64 KiB 4-way): 4 KiB apart, 4 rows share a set, and 14
-# fit. 16 rows: two tiles of 8. kc: the deepest B panel (kc x nr f32) in half of L2.
+# with 16 registers or four vectors across); A's rows 4 KiB apart (K = 1024) all fall in
+# one set of a 4 KiB-way L1 (znver3/4: 32 KiB 8-way), so the rows stop at its ways. 16
+# rows: two tiles of 8 (three of 6 where 6 is the most). kc: the deepest B panel
+# (kc x nr f32) in half of L2.
 PRESET_BLOCKS = {
     "znver3": (6, 6, 256 << 10 >> 6),
     "znver4": (8, 8, 512 << 10 >> 7),
-    "sapphirerapids": (12, 8, 1 << 20 >> 7),
-    "neoverse-n1": (14, 8, 512 << 10 >> 5),
+    "sapphirerapids": (6, 6, 1 << 20 >> 8),
+    "neoverse-n1": (6, 6, 512 << 10 >> 6),
 }
 
 

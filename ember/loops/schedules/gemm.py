@@ -299,18 +299,43 @@ def matrix_vector(rows: int, batched: bool) -> bool:
     return rows <= 2 and not batched
 
 
-def register_tile(target: Target, vectors: int = 2) -> tuple[int, int]:
+def register_tile(target: Target, vectors: int | None = None) -> tuple[int, int]:
     """(most rows, nr) of the micro-kernel on `target`: `vectors` vectors of f32 across
-    (nr) and as many rows as the vector registers hold. Per k the tile takes `vectors`
-    loads of B's panel, mr broadcasts of A and mr * vectors FMAs into as many accumulators;
-    the accumulators, B's vectors and one broadcast must fit the registers (else LLVM
-    spills in the innermost loop). Two vectors across keep the loads per FMA near one half
-    (one broadcast feeds two FMAs), so that two FMA units need about one load a cycle; more
-    vectors widen the panel (the tiles past N) without saving work. More rows read each
-    row of B's panel for more FMAs: `tile_rows` picks the rows of a given matmul."""
+    (nr; None: `tile_vectors`) and as many rows as the vector registers hold. Per k the
+    tile takes `vectors` loads of B's panel, mr broadcasts of A and mr * vectors FMAs into
+    as many accumulators; the accumulators, B's vectors and one broadcast must fit the
+    registers (else LLVM spills in the innermost loop). More rows read each row of B's
+    panel for more FMAs: `tile_rows` picks the rows of a given matmul."""
+    if vectors is None:
+        vectors = tile_vectors(target)
     vectors = max(1, min(vectors, (target.vector_registers - 2) // 2))
     rows = (target.vector_registers - vectors - 1) // vectors
     return max(1, rows), vectors * target.lanes(F32)
+
+
+# The loads a cycle that a micro-kernel may ask while its FMA units run at full rate: its
+# broadcasts come from A's rows, streams of their own, and its B vectors from a panel in
+# L2. On Sapphire Rapids (two FMA units) a 12 x 2-vector tile (14 loads per 12 cycles) ran
+# 0.95-0.97x a 6 x 4-vector one (10 per 12) at 2048^3 (docs/benchmarks.md).
+TILE_LOADS_PER_CYCLE = 1.0
+
+
+def tile_vectors(target: Target) -> int:
+    """The vectors across the micro-kernel on `target`: the fewest (the narrowest panels,
+    the fewest columns past N) whose tallest tile asks at most TILE_LOADS_PER_CYCLE loads
+    a cycle of the FMA units at full rate; else the one that asks the fewest. Each vector
+    across lets one broadcast of A feed one more FMA, and costs a row of accumulators per
+    vector: one FMA unit and 32 registers take two vectors (14 rows: 16 loads per 28
+    cycles), two units four (6 rows: 10 loads per 12 cycles), and 16 registers two."""
+    def loads_per_cycle(vectors: int) -> float:
+        rows = register_tile(target, vectors)[0]
+        return (rows + vectors) * target.fma_units / (rows * vectors)
+
+    widths = [v for v in (1, 2, 4, 8)
+              if v <= (target.vector_registers - 2) // 2
+              and (target.vector_registers - v - 1) // v >= 1]
+    fed = [v for v in widths if loads_per_cycle(v) <= TILE_LOADS_PER_CYCLE]
+    return min(fed) if fed else min(widths, key=loads_per_cycle)
 
 
 def _busy_rows(target: Target, vectors: int) -> int:
@@ -325,7 +350,7 @@ TILE_FIXED_COST = 3
 
 
 def tile_rows(target: Target, rows: int | None, a_pitch: int | None,
-              vectors: int = 2, most: int | None = None) -> int:
+              vectors: int | None = None, most: int | None = None) -> int:
     """The rows of the register tile of a matmul of `rows` rows on `target`, between the
     FMA units' need and the registers' room (register_tile). Each row of A is read in
     place, a stream of its own: when the pitch from row to row puts more of the tile's rows
@@ -333,7 +358,9 @@ def tile_rows(target: Target, rows: int | None, a_pitch: int | None,
     L1), they evict each other every k, so such tiles are out. Among the rest, the one
     that covers the rows in the fewest FMA rounds, tiles past the end included: each tile
     costs its rows plus TILE_FIXED_COST per k (16 rows: two tiles of 8, not two of 12).
-    `most`: a lower cap on the rows than the registers'."""
+    `vectors`: across the tile (None: `tile_vectors`); `most`: a lower cap on the rows
+    than the registers'."""
+    vectors = vectors or tile_vectors(target)
     most = min(register_tile(target, vectors)[0], most or 1 << 30)
     fewest = min(most, _busy_rows(target, vectors))
     fits = [r for r in range(fewest, most + 1)
@@ -375,18 +402,20 @@ def matrix_tile(target: Target, rows: int | None = None, a_pitch: int | None = N
     many) whose micro-kernel reads A's rows in place `a_pitch` bytes apart (None: A is
     copied, or its rows are not apart in memory), of `cols` columns (None: many).
 
-    The tile is two vectors across (`register_tile`), or one where that computes at
-    least an eighth fewer columns past N (`padded_columns`: N = 40 of 16 lanes is 48
-    columns in tiles of one vector, 64 in tiles of two). Its rows then stay at most the
-    two-vector tile's: each is a stream of A read in place, and more measured slower
-    (512x512x40 on Zen 4: 14 rows 89 GFLOP/s, 24 rows 46; docs/benchmarks.md)."""
+    The tile is `tile_vectors` vectors across, or the widest narrower one that computes
+    less than an eighth more columns than the narrowest (`padded_columns`: N = 40 of 16
+    lanes is 48 columns in tiles of one vector, 64 in tiles of two or four). Its rows stay
+    at most the two-vector tile's: each is a stream of A read in place, and more measured
+    slower (512x512x40 on Zen 4: 14 rows 89 GFLOP/s, 24 rows 46; docs/benchmarks.md)."""
     lanes = target.lanes(F32)
-    two_rows, nr = register_tile(target)
-    vectors = 2
-    if cols is not None and nr > lanes and \
-            8 * padded_columns(cols, lanes, lanes) <= 7 * padded_columns(cols, nr, lanes):
-        vectors, nr = 1, lanes
-    mr = tile_rows(target, rows, a_pitch, vectors, most=two_rows)
+    widths = [v for v in (1, 2, 4, 8) if v <= tile_vectors(target)]
+    vectors = widths[-1]
+    if cols is not None:
+        fewest = min(padded_columns(cols, v * lanes, lanes) for v in widths)
+        vectors = max(v for v in widths if 7 * padded_columns(cols, v * lanes, lanes)
+                      < 8 * fewest)
+    most, nr = register_tile(target, max(vectors, 2))[0], vectors * lanes
+    mr = tile_rows(target, rows, a_pitch, vectors, most=most)
     # A task per core: each task packs its own B block, so tasks beyond the team repack B
     # for nothing (256^3: 4 tasks 0.90x torch.matmul on 1 thread and 0.91x on 2; one a core
     # 1.08x and 1.02x; docs/benchmarks.md).
@@ -395,10 +424,11 @@ def matrix_tile(target: Target, rows: int | None = None, a_pitch: int | None = N
 
 
 # A block's rows and columns, about: each packed B panel serves MC_ROWS rows of tiles
-# before the next, and each block of A's rows NC_COLUMNS of panels (on Sapphire Rapids
-# 48-384 rows and 128-512 columns measured alike: docs/benchmarks.md).
+# before the next, and each block of A's rows NC_COLUMNS of panels. A narrow B block leaves
+# L2 to the rows of A streaming past it: on Sapphire Rapids, 64 columns ran 3-8% faster
+# than 256 at 256-2048 (docs/benchmarks.md).
 MC_ROWS = 96
-NC_COLUMNS = 256
+NC_COLUMNS = 64
 
 
 def cache_blocks(target: Target, mr: int, nr: int) -> dict[str, int]:
