@@ -484,8 +484,10 @@ def plan_vector(s: For, locals_: set[str], shapes: Mapping[str, Sequence[int]] |
             return why
         kind = access_kind(st.index, name, shapes.get(st.buffer))
         if st.buffer in reduced:
-            if st not in s.body or not varies(st.value.b):
-                return f"%{st.buffer} is reduced under an if or over lane-uniform values"
+            if st not in s.body or not _reduction(st, locals_, name) or \
+                    not varies(st.value.b):
+                return (f"%{st.buffer} is reduced under an if, over lane-uniform values or"
+                        " stored otherwise too")
         elif st.buffer in lane_locals:
             if kind != "uniform" or st not in s.body:
                 return f"%{st.buffer} is stored both per lane and not"
@@ -512,10 +514,42 @@ def plan_vector(s: For, locals_: set[str], shapes: Mapping[str, Sequence[int]] |
                 if len(stores[x.buffer]) != 1 or x.index not in stores[x.buffer]:
                     return f"%{x.buffer} is read at another index than it is stored at"
         if isinstance(st, Store):
-            if len(stores[st.buffer]) != 1:
-                return f"%{st.buffer} is stored at two indices"
+            if len(stores[st.buffer]) != 1 and not _apart(stores[st.buffer], name, width,
+                                                          shapes.get(st.buffer)):
+                return f"%{st.buffer} is stored at indices whose lanes may meet"
             written.add(st.buffer)
     return VectorPlan(width, start, stop, lane_locals, reductions=reduced)
+
+
+def _apart(indices: set[tuple[Expr, ...]], lane: str, lanes: int,
+           shape: Sequence[int] | None) -> bool:
+    """Whether stores at `indices` of a buffer of `shape`, each by `lanes` lanes of a loop
+    over `lane`, write distinct elements (so that storing one index for all lanes before
+    the next gives what the serial loop gives): their row-major offsets are u + d + c *
+    lane with the same u and c and constant d's no two of which are c * (j - i) apart for
+    lanes i, j (Winograd's four points of a tile row: offsets one row of the output apart;
+    a tile's four outputs, stride-2 scatters, one element and one row apart)."""
+    if shape is None:
+        return False
+    offsets = []
+    for index in indices:
+        terms = [affine_map(i) for i in index]
+        if len(index) != len(shape) or any(t is None for t in terms):
+            return False
+        flat: dict[str | None, int] = {}
+        for t, stride in zip(terms, row_major_strides(shape)):
+            for var, c in t.items():
+                flat[var] = flat.get(var, 0) + c * stride
+        offsets.append(flat)
+    first = offsets[0]
+    step = first.get(lane, 0)
+    if step == 0 or any({k: v for k, v in o.items() if k is not None and v} !=
+                        {k: v for k, v in first.items() if k is not None and v}
+                        for o in offsets):
+        return False
+    starts = sorted(o.get(None, 0) for o in offsets)
+    return all(not ((b - a) % step == 0 and abs(b - a) // abs(step) < lanes)
+               for i, a in enumerate(starts) for b in starts[i + 1:])
 
 
 def vector_plan_in(kernel: Kernel, s: For) -> VectorPlan | str:

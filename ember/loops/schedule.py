@@ -319,8 +319,9 @@ def vectorize_inner_loops(kernel: Kernel, target: Target) -> Kernel:
     """Each innermost serial loop with constant bounds whose body ember.codegen.vector can
     run on lanes without gathers becomes a loop over blocks of one of `target`'s vector
     registers of its widest type (at least 4 lanes), each a vectorized loop, and a
-    vectorized tail for the rest. Kernels that already have vectorized loops (a GEMM's)
-    keep their schedule.
+    vectorized tail for the rest; a shorter loop over tiles (`_tile_loop`) becomes one
+    vectorized loop. Kernels that already have vectorized loops (a GEMM's) keep their
+    schedule.
 
     LLVM's loop vectorizer would widen most of these loops too, but behind a run-time check
     that the output does not overlap the inputs: an output planned in place of its input
@@ -336,6 +337,7 @@ def _vectorize_inner_loops(scheduling: _Scheduling, target: Target) -> None:
     if any(isinstance(s, For) and s.kind == "vectorized" for s in walk_stmts(kernel.body)):
         return
     shapes = {b.name: b.shape for b in (*kernel.params, *kernel.locals)}
+    locals_ = {b.name for b in kernel.locals}
     chosen = []
     for loop in walk_stmts(kernel.body):
         if not isinstance(loop, For) or loop.kind != "serial" or loop.step != 1 or \
@@ -348,7 +350,10 @@ def _vectorize_inner_loops(scheduling: _Scheduling, target: Target) -> None:
         loads = [x for s in body_stmts for x in walk_expr(s.value) if isinstance(x, Load)]
         widest = max(x.dtype.itemsize for x in [*loads, *(s.value for s in body_stmts)])
         width = max(4, target.vector_bytes // widest)
-        if trip_count(loop) >= width and not any(
+        trips = trip_count(loop)
+        if trips < width and trips > 1 and _tile_loop(body_stmts, locals_):
+            width = trips
+        if trips >= width and not any(
                 access_kind(x.index, loop.var.name, shapes[x.buffer]) == "gather"
                 for x in loads):
             chosen.append((loop.var.name, width))
@@ -360,6 +365,14 @@ def _vectorize_inner_loops(scheduling: _Scheduling, target: Target) -> None:
             scheduling.apply("vectorize_blocks", name, width)
         except ScheduleError:
             continue
+
+
+def _tile_loop(body: list[Store], locals_: set[str]) -> bool:
+    """Whether a loop body of stores computes a tile through scalar temporaries (Winograd's
+    transforms: a tile's 16 points): on lanes those are vectors, one tile a lane, so that
+    even a row of fewer tiles than a vector's lanes runs on one (masked) vector."""
+    return any(s.index == () and s.buffer in locals_ for s in body) and \
+        any(s.buffer not in locals_ for s in body)
 
 
 class _Scheduling:

@@ -315,6 +315,48 @@ def test_store_that_lanes_could_share_is_refused(index: str) -> None:
         verify_kernel(parse_kernel(text))
 
 
+# Stores to one buffer at several indices: the lanes store one index, then the next, which
+# is the serial loop's result when no two lanes of the stores meet (Winograd's transforms).
+SEVERAL_STORES = {
+    # rows of [4, 8] apart: offsets 0 and 8 + j, lanes 0..7 never meet
+    "rows": ("f32[4,8]", "%y[0, %j]", "%y[1, %j]", True),
+    # a stride-2 scatter's even and odd elements
+    "parity": ("f32[16]", "%y[mul(%j, 2)]", "%y[add(mul(%j, 2), 1)]", True),
+    # lane j's second store is lane j + 1's first: the serial loop leaves the first store's
+    # value there except at the end, the lanes the second's
+    "overlap": ("f32[16]", "%y[%j]", "%y[add(%j, 1)]", False),
+    "stride-2 overlap": ("f32[16]", "%y[mul(%j, 2)]", "%y[add(mul(%j, 2), 2)]", False),
+}
+
+
+@pytest.mark.parametrize("case", SEVERAL_STORES)
+def test_several_stores_to_a_buffer_run_on_lanes_when_no_lanes_meet(case: str) -> None:
+    shape, first, second, apart = SEVERAL_STORES[case]
+    text = f"""kernel @k(%x: f32[8], %y: {shape}) {{
+  for %j = 0 to 7 vectorized {{
+    {first} = %x[%j]
+    {second} = mul(%x[%j], 2.0:f32)
+  }}
+}}"""
+    dims = tuple(int(d) for d in shape[4:-1].split(","))
+    why = plan_vector(parse_kernel(text).body[0], set(), {"x": (8,), "y": dims})
+    if not apart:
+        assert isinstance(why, str) and "lanes may meet" in why
+        return
+    assert isinstance(why, VectorPlan)
+    x = RNG.standard_normal(8).astype(np.float32)
+    y = np.zeros(dims, np.float32)
+    run(text, x, y)
+    want = np.zeros(dims, np.float32)
+    flat = want.reshape(-1)
+    for j in range(7):  # the serial loop
+        if case == "rows":
+            want[0, j], want[1, j] = x[j], 2 * x[j]
+        else:
+            flat[2 * j], flat[2 * j + 1] = x[j], 2 * x[j]
+    np.testing.assert_array_equal(y, want)
+
+
 def test_scatter_of_a_uniform_half_value_stores_it_rounded() -> None:
     # The value is the same in every lane: rounded to bf16 once, then scattered.
     text = """kernel @k(%x: f32[1], %y: bf16[12,7]) {
@@ -405,6 +447,22 @@ def test_an_accumulator_read_elsewhere_in_the_body_is_refused() -> None:
     assert "read while the lanes reduce" in plan_vector(kernel.body[1], {"acc"}, reductions=True)
     with pytest.raises(VerificationError, match="read while the lanes reduce"):
         verify_kernel(kernel)
+
+
+def test_an_accumulator_also_reset_in_the_body_is_refused() -> None:
+    """Reset, summed into and stored each iteration (a reduction over an axis of one
+    element): no reduction across the lanes, and a refusal, not a crash."""
+    text = """kernel @k(%x: f32[3], %y: f32[3]) {
+  local %acc: f32[]
+  for %j = 0 to 3 {
+    %acc[] = 0.0:f32
+    %acc[] = add(%acc[], %x[%j])
+    %y[%j] = %acc[]
+  }
+}"""
+    why = plan_vector(parse_kernel(text).body[0], {"acc"}, {"x": (3,), "y": (3,)},
+                      reductions=True)
+    assert isinstance(why, str) and "stored otherwise too" in why
 
 
 def test_vector_tables_are_the_legality_analysis_ops() -> None:

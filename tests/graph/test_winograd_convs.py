@@ -13,6 +13,7 @@ import pytest
 import ember
 from ember import Builder, interpret
 from ember.driver.pass_manager import run_passes
+from ember.dtypes import DType
 from ember.explain import explain
 from ember.graph.ops.winograd import winograd_weights
 from ember.graph.passes.fold import constant_value
@@ -30,6 +31,7 @@ from ember.loops.ir import (
     walk_stmts,
 )
 from ember.loops.lower import lower_graph
+from ember.loops.schedule import schedule_kernel
 from ember.target import Target
 
 HOST = Target.host()
@@ -137,8 +139,6 @@ def test_the_input_transform_writes_four_points_a_pass() -> None:
     graph = run_passes(conv_graph((1, 64, 16, 16), data(64, 64, 3, 3), pads=(1, 1, 1, 1)),
                        ["winograd_convs", "dce"])
     (kernel,) = [k for k in lower_graph(graph, target=HOST).kernels if "winograd_input" in k.name]
-    # (The lanes of a pass store several points, which vector code cannot do yet: the
-    # loops are serial, as the legality analysis says, not silently serial in codegen.)
     passes = [s for s in walk_stmts(kernel.body) if isinstance(s, For)
               and any(isinstance(t, Store) and t.buffer == "y0" and not isinstance(t.value, Const)
                       for t in s.body)]
@@ -146,6 +146,31 @@ def test_the_input_transform_writes_four_points_a_pass() -> None:
     for loop in passes:
         points = {s.index[0] for s in loop.body if isinstance(s, Store) and s.buffer == "y0"}
         assert len(points) == 4
+
+
+@pytest.mark.parametrize("size, rows_of_tiles", [(16, (8, 8)), (60, (30, 30)), (15, (8, 7))])
+def test_the_scheduling_stage_puts_each_row_of_tiles_on_the_targets_lanes(size,
+                                                                          rows_of_tiles) -> None:
+    """The transforms lower to plain nests over the tiles; the scheduling stage vectorizes
+    each row of tiles in blocks of the target's f32 lanes, a shorter row on one vector
+    (the stores of a tile's several points go to elements no two lanes share).
+    `rows_of_tiles`: the tiles of a row of the input transform and the whole ones of the
+    output's (an odd output's last column of tiles is a loop of one tile: it stays
+    serial)."""
+    graph = run_passes(conv_graph((1, 32, size, size), data(32, 32, 3, 3), pads=(1, 1, 1, 1)),
+                       ["winograd_convs", "dce"])
+    lanes = HOST.lanes(DType.f32)
+    for kernel in lower_graph(graph, target=HOST).kernels:
+        if "winograd" not in kernel.name:
+            continue
+        assert not any(isinstance(s, For) and s.kind == "vectorized"
+                       for s in walk_stmts(kernel.body)), "the lowering schedules nothing"
+        scheduled = schedule_kernel(kernel, HOST)
+        tiles = rows_of_tiles["output" in kernel.name]
+        widths = {int(s.stop.value) - int(s.start.value) for s in walk_stmts(scheduled.body)
+                  if isinstance(s, For) and s.kind == "vectorized"}
+        assert widths == ({lanes, tiles % lanes} - {0} if tiles >= lanes else {tiles}), \
+            (kernel.name, widths)
 
 
 def test_an_epilogue_needs_final_values() -> None:

@@ -2,7 +2,7 @@
 decision 6), one module a class. Most are steps of the scheduling stage: each finds its
 class's plain nests in a kernel (`gemm.match_gemm`; `window_nest` for convs and pools) and
 rebuilds one by a composite primitive (`gemm`, `conv_gemm`, `packed_conv`,
-`depthwise_conv`, `pool`) from the target's facts and its parameters. `winograd` and
-`attention` still build their nests from the pieces their lowerings give them and read
-`ctx.target`. Each declares its tunable parameters as data (`params`); `lanes` holds the
-vector loops they are built of, `names` the fresh names a step takes."""
+`depthwise_conv`, `pool`) from the target's facts and its parameters. `attention` still
+builds its nest from the pieces its lowering gives it and reads `ctx.target`. Each
+declares its tunable parameters as data (`params`); `lanes` holds the vector loops they
+are built of, `names` the fresh names a step takes."""

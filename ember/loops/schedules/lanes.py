@@ -42,8 +42,8 @@ def serial_unless_vectorizable(kernel: Kernel, simplified: bool = False) -> Kern
     """`kernel` with each `vectorized` loop that cannot run on lanes once its indices are
     simplified (`plan_vector`) made serial, as code generation ran it when it decided:
     loops that lowerings mark for lanes whose bodies have no vector code (a bf16
-    write-back, a one-column GEMM tile's store, a padded conv's lane-varying divisions,
-    Winograd's several stores per tile). The verifier rejects any other such loop.
+    write-back, a one-column GEMM tile's store, a padded conv's lane-varying divisions).
+    The verifier rejects any other such loop.
     `simplified`: return the kernel with its indices simplified too (a schedule step's
     result), which this finds anyway."""
     simple = simplify_kernel(kernel)  # what the schedule and code generation see

@@ -1,15 +1,23 @@
 """Lowerings of Winograd's F(2x2, 3x3) transforms (ember/graph/ops/winograd.py): the
-arithmetic of one tile, its 16 points kept in lane-private locals, walked over the tiles by
-the Winograd schedules (ember/loops/schedules/winograd.py):
+arithmetic of one tile, its 16 points kept in scalar locals (lane-private once the tile
+loop runs on lanes), in a plain nest over the tiles:
 
-    winograd_input:   %r[j] = (B^T d)[i][j], from two rows of x's tile (stride-2 loads)
-                      V[4 * i + j, c, (n * TH + th) * TW + tw] = (%r B)[j]
-    winograd_output:  %p[a] = M[a, m, (n * TH + th) * TW + tw]        (contiguous loads)
-                      %s = %p A;  y[n, m, 2 * th + r, 2 * tw + c] = (A^T %s)[r][c]
+    winograd_input:   for c, n, row i < 4, th { for tw {
+                        %r[j] = (B^T d)[i][j], from two rows of x's tile (stride-2 loads)
+                        V[4 * i + j, c, (n * TH + th) * TW + tw] = (%r B)[j] } }
+    winograd_output:  for n, m, th { for tw {
+                        %p[a] = M[a, m, (n * TH + th) * TW + tw]        (contiguous loads)
+                        %s = %p A;  y[n, m, 2 * th + r, 2 * tw + c] = (A^T %s)[r][c] } }
 
-The output's four stores per tile are stride-2 scatters; a tile of its last row or column,
-when the output's size is odd, stores only the elements inside the output. A fused
-epilogue (bias, activation, residual) applies at each of those stores.
+The scheduling stage puts each row of tiles (the innermost loop, `tw`) on vector lanes, so
+that each input element is loaded once and the additions run on vectors
+(`ember/loops/schedule.py`, `vectorize_inner_loops`). The input transform is computed one
+row of the 4x4 transform at a time, each writing 4 of a tile's 16 points: writing all 16
+at once wrote 16 streams whose distance, often a multiple of 4 KiB, puts them all in one
+L1 set (docs/decisions.md). The output's four stores per tile are stride-2 scatters; a
+tile of its last row or column, when the output's size is odd, stores only the elements
+inside the output, in loops of their own. A fused epilogue (bias, activation, residual)
+applies at each of those stores.
 """
 
 from __future__ import annotations
@@ -20,7 +28,6 @@ from ember.graph.ops.winograd import output_tiles
 from ember.loops.ir import Const, Expr, For, Load, Stmt, Store
 from ember.loops.lower.core import LowerContext, lowering
 from ember.loops.lower.ops.linalg import store_result
-from ember.loops.schedules.winograd import schedule_winograd_input, schedule_winograd_output
 
 F32 = DType.f32
 
@@ -76,7 +83,12 @@ def winograd_input(ctx: LowerContext) -> list[Stmt]:
     pitch = out.shape[2]
     past = [For(a, Const(0), Const(16), [For(col, Const(nb * th_n * tw_n), Const(pitch), [
         Store(out.name, (a, c, col), Const(0.0, F32))])])] if pitch > nb * th_n * tw_n else []
-    return schedule_winograd_input(ctx, nb, channels, (th_n, tw_n), n, c, tile, past)
+    def row_pass(i: int) -> For:
+        th, tw = ctx.var("th"), ctx.var("tw")
+        return For(th, Const(0), Const(th_n), [For(tw, Const(0), Const(tw_n), tile(i, th, tw))])
+
+    return [For(c, Const(0), Const(channels),
+                [For(n, Const(0), Const(nb), [row_pass(i) for i in range(4)]), *past])]
 
 
 @lowering("winograd_output")
@@ -103,4 +115,16 @@ def winograd_output(ctx: LowerContext) -> list[Stmt]:
                        for r in range(rows)]
         return [*load_p, *load_s, *stores]
 
-    return schedule_winograd_output(ctx, nb, channels, (oh_n, ow_n), n, m, tile)
+    def tiles(th: Expr, rows: int) -> list[Stmt]:
+        """A row of tiles: the whole ones, then (odd width) the last one's first column."""
+        def across(first: int, count: int, cols: int) -> For:
+            tw = ctx.var("tw")
+            return For(tw, Const(first), Const(first + count), tile(th, tw, rows, cols))
+
+        return [across(0, ow_n // 2, 2)] + ([across(ow_n // 2, 1, 1)] if ow_n % 2 else [])
+
+    th = ctx.var("th")
+    body: list[Stmt] = [For(th, Const(0), Const(oh_n // 2), tiles(th, 2))]
+    if oh_n % 2:  # the last row of tiles: its first row alone
+        body += tiles(Const(oh_n // 2), 1)
+    return [For(n, Const(0), Const(nb), [For(m, Const(0), Const(channels), body)])]
