@@ -21,7 +21,7 @@ class Config:
     max_specializations: int = 8
     # Fuse ops into shared kernels (the `fuse` pass); off only to compare or bisect.
     fusion: bool = True
-    # Search matmul schedules and other kernels' knobs on this machine (EMBER_TUNE=1),
+    # Search matmul schedules and other steps' parameters on this machine (EMBER_TUNE=1),
     # within tune_budget seconds per shape or kernel the tuning database does not know;
     # winners are kept for later tuned compiles.
     tune: bool = field(default_factory=lambda: os.environ.get("EMBER_TUNE", "") not in

@@ -53,6 +53,7 @@ from ember.loops.ir import (
     walk_expr,
     walk_stmts,
 )
+from ember.loops.schedules.attention import attention
 from ember.loops.schedules.conv import conv_gemm
 from ember.loops.schedules.depthwise import depthwise_conv
 from ember.loops.schedules.gemm import gemm
@@ -530,18 +531,21 @@ PRIMITIVES: dict[str, tuple[Callable[..., Kernel], tuple[str, ...]]] = {
     # A kernel class's composite step: the matmul nest of a loop blocked by a GemmSchedule
     # (mr nr kc mc nc pack_a parallel; ember/loops/schedules/gemm.py).
     "gemm": (gemm, ("loop", "int", "int", "int", "int", "int", "int", "int")),
-    # A plain 2-D pool nest as vectors of output columns (lanes chains;
-    # ember/loops/schedules/pool.py).
     # A plain conv nest as an implicit GEMM blocked by a GemmSchedule (as gemm's;
     # ember/loops/schedules/conv.py).
     "conv_gemm": (conv_gemm, ("loop", "int", "int", "int", "int", "int", "int", "int")),
     # A plain conv nest whose filter is in panels of output channels, the channels in the
     # lanes (ember/loops/schedules/packed_conv.py).
     "packed_conv": (packed_conv, ("loop",)),
+    # A plain 2-D pool nest as vectors of output columns (lanes chains;
+    # ember/loops/schedules/pool.py).
     "pool": (pool, ("loop", "int", "int")),
     # A plain depthwise conv nest through a padded plane (lanes chains;
     # ember/loops/schedules/depthwise.py).
     "depthwise_conv": (depthwise_conv, ("loop", "int", "int")),
+    # A plain attention nest as an online softmax over blocks of keys for groups of rows
+    # (key_block row_group tile; ember/loops/schedules/attention.py).
+    "attention": (attention, ("loop", "int", "int", "int")),
 }
 _NAME = re.compile(r"[A-Za-z0-9_.$]+")  # a %name of the loop-IR text, without the %
 

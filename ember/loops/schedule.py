@@ -43,6 +43,7 @@ from ember.loops.ir import (
     walk_stmts,
 )
 from ember.loops.primitives import Schedule, Step, _split
+from ember.loops.schedules import attention as attention_schedules
 from ember.loops.schedules import conv as conv_schedules
 from ember.loops.schedules import depthwise as depthwise_schedules
 from ember.loops.schedules import gemm as gemm_schedules
@@ -201,6 +202,9 @@ NEST_CLASSES = (
               depthwise_schedules.default_parameters,
               lambda target: _choices(depthwise_schedules.PARAMETERS),
               fits=depthwise_schedules.plane_fits),
+    NestClass("attention", attention_schedules.nests, attention_schedules.default_parameters,
+              lambda target: _choices(attention_schedules.PARAMETERS),
+              attention_schedules.step_arguments),
 )
 
 

@@ -77,7 +77,7 @@ def test_an_edited_schedule_gives_that_code(tmp_path) -> None:
     lanes = resolve(CPU).target.lanes()
     chosen[key]["schedule"].update(mr=4, nr=lanes)
     chosen_attention = next(k for k in chosen if k.startswith("attention/"))
-    chosen[chosen_attention]["knobs"]["attention"]["row_group"] = 2
+    chosen[chosen_attention]["schedule"]["row_group"] = 2
     path = tmp_path / "edited.json"
     path.write_text(json.dumps(chosen))
     config = ember.Config(executor="cpu", disk_cache=False, schedules=str(path))

@@ -90,10 +90,6 @@ def attention_graph(name: str = "att"):
     return b.build()
 
 
-def test_knobs_are_the_defaults_outside_a_tuned_lowering() -> None:
-    assert knobs.KnobValues().ask("k", {"a": 1, "b": 2}, {"a": (1, 3)}) == {"a": 1, "b": 2}
-
-
 def test_value_sets_start_with_the_defaults_and_sample_the_choices() -> None:
     asked = {"k": ({"a": 1, "b": 2}, {"a": (1, 3, 5), "b": (2, 4)})}
     sets = knobs.value_sets(asked)
@@ -104,11 +100,11 @@ def test_value_sets_start_with_the_defaults_and_sample_the_choices() -> None:
     assert len(knobs.value_sets(big)) == knobs.MAX_CANDIDATES
 
 
-def test_tuned_compile_searches_a_kernels_knobs_and_reuses_them(monkeypatch, tmp_path,
-                                                                 capsys) -> None:
-    """The attention kernel's knobs are searched once; the winner is stored under a key of
-    the kernel's loop IR (not its name or place: another graph with the same attention
-    measures nothing), and lowering with the database uses the stored values."""
+def test_tuned_compile_searches_the_attention_steps_parameters_and_reuses_them(
+        monkeypatch, tmp_path, capsys) -> None:
+    """The attention step's parameters are searched once; the winner is stored under a key
+    of the plain nest's loop IR (not its name or place: another graph with the same
+    attention measures nothing), and scheduling with the database uses the stored values."""
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
     config = ember.Config(executor="cpu", disk_cache=False, tune=True, tune_budget=1.0)
     graph = attention_graph()
@@ -120,11 +116,11 @@ def test_tuned_compile_searches_a_kernels_knobs_and_reuses_them(monkeypatch, tmp
     entries = json.loads((tmp_path / "tuning.json").read_text())
     (key, record), = entries.items()
     assert key.startswith("attention/") and record["tried"] >= 1 and record["seconds"] > 0
-    assert set(record["knobs"]["attention"]) == {"key_block", "row_group", "tile_vectors"}
+    assert set(record["schedule"]) == {"key_block", "row_group", "tile_vectors"}
     ember.compile(attention_graph("another"), config=config)
     assert "tuning" not in capsys.readouterr().err
-    # A stored winner (here: groups of 2 query rows) is what a tuned lowering uses.
-    record["knobs"]["attention"].update(row_group=2, key_block=64)
+    # A stored winner (here: groups of 2 query rows) is what a tuned compile uses.
+    record["schedule"].update(row_group=2, key_block=64)
     (tmp_path / "tuning.json").write_text(json.dumps({key: record}))
     program, _ = lower_to_program(graph, config)
     text = print_kernel(program.kernels[0])
@@ -136,8 +132,8 @@ def test_tuned_compile_searches_a_kernels_knobs_and_reuses_them(monkeypatch, tmp
 def test_tuned_compile_searches_a_scheduling_steps_parameters(monkeypatch, tmp_path,
                                                               capsys) -> None:
     """A pool's step (scheduled after lowering: ember/loops/schedules/pool.py) is searched
-    like a lowering's knobs: each candidate is the kernel scheduled in full, the winner is
-    stored under a key of the plain nest, and an edited record gives that code."""
+    as attention's: each candidate is the kernel scheduled in full, the winner is stored
+    under a key of the plain nest, and an edited record gives that code."""
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
     config = ember.Config(executor="cpu", disk_cache=False, tune=True, tune_budget=1.0)
     b = ember.Builder("pooled")
@@ -167,17 +163,9 @@ def test_the_defaults_stay_unless_clearly_beaten(monkeypatch, tmp_path, measured
                                                  winner) -> None:
     monkeypatch.setattr(knobs, "search", lambda *args: measured)
     db = TuningDatabase(tmp_path / "tuning.json")
-    asked = knobs.KnobValues()
-    asked.asked["k"] = ({"a": 1}, {"a": (1, 2, 3)})
-    distinct = iter(range(100))
-
-    def lower(values):  # each value set lowers to a kernel of its own
-        value = values.ask("k", {"a": 1}, {"a": (1, 2, 3)})["a"]
-        return parse_kernel(f"kernel @k(%y: f32[{value}, {next(distinct) + 1}]) {{\n}}")
-
-    monkeypatch.setattr(knobs, "value_sets", lambda asked: [
-        {"k": {"a": a}} for a in (1, 2, 3)])
+    kernel = parse_kernel("kernel @k(%y: f32[4]) {\n}")
+    texts = [f"kernel @k(%y: f32[{a}]) {{\n}}" for a in (1, 2, 3)]  # each its own code
     tuning = Tuning(HOST, db, measure=lambda text, outputs: 0.0, search=True,
                     budget_seconds=1.0, machine_in_keys=False)
-    record = knobs.tune_kernel(lower, asked, lower(knobs.KnobValues()), "k/x/cpu", 1, tuning)
-    assert record["knobs"] == {"k": {"a": winner + 1}} and db.get("k/x/cpu") == record
+    chosen, seconds, tried = knobs.search_texts("k/x/cpu", kernel, texts, 1, tuning)
+    assert chosen == winner and tried == len(measured)

@@ -28,7 +28,6 @@ from ember.loops.ir import (
     const,
 )
 from ember.loops.tune.context import Tuning
-from ember.loops.tune.knobs import KnobValues
 from ember.target import Target
 
 Lowering = Callable[["LowerContext"], list[Stmt]]
@@ -60,26 +59,19 @@ def lowered_ops() -> list[str]:
 
 
 class LowerContext:
-    """One graph op being lowered to one kernel, for `target` (whose facts the schedules
-    that lowerings apply read); `knob_values` and `tuning` come from a tuned compile."""
+    """One graph op being lowered to one kernel. `target` and `tuning` (a tuned compile's)
+    are the compile's: no lowering reads them, since lowerings write the algorithm and the
+    scheduling stage fits it to the target."""
 
-    def __init__(self, op: Op, target: Target, knob_values: KnobValues | None = None,
-                 tuning: Tuning | None = None):
+    def __init__(self, op: Op, target: Target, tuning: Tuning | None = None):
         self.op = op
         self.target = target
-        self.knob_values = knob_values if knob_values is not None else KnobValues()
         self.tuning = tuning
         self.attrs = op.attrs
         self.inputs = [Buffer(f"x{i}", v.dtype, v.shape) for i, v in enumerate(op.operands)]
         self.outputs = [Buffer(f"y{i}", v.dtype, v.shape) for i, v in enumerate(op.results)]
         self.locals: list[Buffer] = []
         self._vars = 0
-
-    def knobs(self, kernel_class: str, defaults: dict[str, int],
-              **choices: tuple[int, ...]) -> dict[str, int]:
-        """The values of this lowering's parameters: `defaults`, unless a tuned compile gives
-        others; `choices` are the values a search tries (ember/loops/tune/knobs.py)."""
-        return self.knob_values.ask(kernel_class, defaults, choices)
 
     def unsupported(self, why: str) -> UnsupportedOpError:
         return UnsupportedOpError(f"{self.op.where()}: cannot lower: {why}")

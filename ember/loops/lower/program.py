@@ -30,7 +30,6 @@ from ember.loops.lower.core import LowerContext, find_lowering
 from ember.loops.lower.fused import lower_fused
 from ember.loops.schedules.lanes import serial_unless_vectorizable
 from ember.loops.tune.context import Tuning
-from ember.loops.tune.knobs import KnobValues, tuned_kernel
 from ember.target import Target
 
 
@@ -114,11 +113,10 @@ class _Lowerer:
             name = "_".join(list(dict.fromkeys(members))[:3])
             origin = f"{op.where()} [{', '.join(members)}]"
 
-            def lower(values: KnobValues) -> Kernel:
-                ctx = LowerContext(op, self.target, values, self.tuning)
-                body, inputs, results, locals_ = lower_fused(op, self.graph, ctx)
-                return serial_unless_vectorizable(Kernel("k", [*inputs, *results], body,
-                                                         locals_))
+            ctx = LowerContext(op, self.target, self.tuning)
+            body, inputs, results, locals_ = lower_fused(op, self.graph, ctx)
+            lowered = serial_unless_vectorizable(Kernel("k", [*inputs, *results], body,
+                                                        locals_))
         else:
             fn = find_lowering(op.name)
             if fn is None:
@@ -126,12 +124,10 @@ class _Lowerer:
                                          f" graph.{op.name}")
             name, origin = op.name, op.where()
 
-            def lower(values: KnobValues) -> Kernel:
-                ctx = LowerContext(op, self.target, values, self.tuning)
-                body = fn(ctx)
-                return serial_unless_vectorizable(Kernel("k", [*ctx.inputs, *ctx.outputs],
-                                                         body, ctx.locals))
-        lowered = tuned_kernel(lower, len(op.results), self.tuning)
+            ctx = LowerContext(op, self.target, self.tuning)
+            body = fn(ctx)
+            lowered = serial_unless_vectorizable(Kernel("k", [*ctx.inputs, *ctx.outputs],
+                                                        body, ctx.locals))
         kernel = Kernel(f"k{len(self.kernels)}_{name}", lowered.params, lowered.body,
                         lowered.locals, origin)
         self.kernels.append(kernel)

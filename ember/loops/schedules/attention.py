@@ -1,7 +1,18 @@
 """The schedule of scaled dot-product attention: one kernel with an online softmax
 (FlashAttention's recurrence, for a group of query rows), so that the scores of a row are
-never stored whole. For each batch index b and group of query rows, the keys are taken in
-blocks:
+never stored whole.
+
+Before: the plain nest that `graph.attention` lowers to (`plain_attention`), the same
+recurrence one key at a time, a row at a time (`match_attention` finds it):
+
+    for b.., i { top = -inf; total = 0; acc[0:E] = 0
+      for j { s = q[b, i, :] . kt[b, :, j]; s = s * scale (+ mask[b, i, j])
+              new = max(top, s); corr = exp(top - new); p = exp(s - new)   (0 if new = -inf)
+              total = total * corr + p; acc[e] = acc[e] * corr + p * v[b, j, e]; top = new }
+      out[b, i, e] = acc[e] / total }          (0 for a row of -inf scores, empty_rows_zero)
+
+After (the step `attention <loop> key_block row_group tile`): for each batch index b and
+group of `row_group` query rows, the keys in blocks of `key_block`:
 
     top = -inf; total = 0; acc[0:E] = 0                                        per row
     for each block of keys [k0, k0 + n):
@@ -11,13 +22,13 @@ blocks:
       total = total * corr + sum(s)
       acc = acc * corr + s @ v[b, k0:k0+n, :]
       top = new
-    out[b, i, :] = acc / total                 (0 for a row of -inf scores, empty_rows_zero)
+    out[b, i, :] = acc / total
 
-The two products are register tiles, the group's rows by `tile_vectors` vectors of keys
-(of output columns for `s @ v`) with the sum along the innermost serial loop: each load of
-kt or v serves every row of the group. A block's max and sum are vectorized loops that
-reduce across their lanes (serial, they would be dependent chains as long as the block).
-The batch loop is the one the default schedule parallelizes.
+The two products are register tiles, the group's rows by `tile` lanes of keys (of output
+columns for `s @ v`) with the sum along the innermost serial loop: each load of kt or v
+serves every row of the group. A block's max and sum are vectorized loops that reduce
+across their lanes (serial, they would be dependent chains as long as the block). The
+batch loop is the one the default schedule parallelizes.
 
 Reads from the target: the f32 lanes (a tile's vectors).
 The measurements behind these choices: docs/decisions.md.
@@ -28,8 +39,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import NamedTuple
 
 from ember.dtypes import DType
+from ember.errors import ScheduleError
 from ember.loops.ir import (
     Binary,
     Buffer,
@@ -38,15 +51,23 @@ from ember.loops.ir import (
     Fma,
     For,
     If,
+    Kernel,
     Load,
     Select,
     Stmt,
     Store,
     Unary,
+    Var,
     binary,
+    substitute,
 )
 from ember.loops.schedules.lanes import lane_chunks, vector_loop
-from ember.loops.schedules.params import Parameters, chosen
+from ember.loops.schedules.names import FreshNames
+from ember.loops.schedules.params import Parameters
+from ember.loops.schedules.window_nest import replace_nest
+from ember.loops.simplify import simplify_kernel
+from ember.loops.verify import verify_kernel
+from ember.target import Target
 
 F32 = DType.f32
 NEG_INF = Const(float("-inf"), F32)
@@ -86,15 +107,15 @@ def _ceil_div(a: Expr | int, b: int) -> Expr:
     return binary("floordiv", binary("add", a, Const(b - 1)), Const(b))
 
 
-def schedule_attention(ctx, att: Attention) -> list[Stmt]:
-    """The scheduled nest of `att`; `ctx` (a LowerContext) makes its variables and locals
-    and gives its parameters."""
+def schedule_attention(ctx: FreshNames, att: Attention, key_block: int, row_group: int,
+                       tile: int) -> list[Stmt]:
+    """The scheduled nest of `att` (the module docstring's After): keys in blocks of
+    `key_block`, `row_group` query rows at once, register tiles `tile` lanes wide; `ctx`
+    makes its variables and locals."""
     batch, rows, dim, keys, width = att.batch, att.rows, att.dim, att.keys, att.width
     scale = att.scale
-    parameters = chosen(ctx, "attention", PARAMETERS)
-    tile = parameters["tile_vectors"] * ctx.target.lanes(F32)
-    group = max(1, min(parameters["row_group"], rows))
-    block = min(parameters["key_block"], keys)
+    group = max(1, min(row_group, rows))
+    block = min(key_block, keys)
     scores = ctx.local(F32, (group, block))
     acc = ctx.local(F32, (group, width))
     top, total, part, fresh, corr, shift = (ctx.local(F32, (group,)) for _ in range(6))
@@ -225,5 +246,229 @@ def schedule_attention(ctx, att: Attention) -> list[Stmt]:
                 loop(-(-keys // block), key_block),
                 each_row(finish)]
 
-    return ctx.nest((*batch, -(-rows // group)), lambda index: rows_of(index[:-1],
-                                                                         index[-1] * group))
+    index = [ctx.var("i") for _ in (*batch, rows)]
+    nest = rows_of(index[:-1], index[-1] * group)
+    for var, extent in reversed(list(zip(index, (*batch, -(-rows // group))))):
+        nest = [For(var, Const(0), Const(extent), nest)]
+    return nest
+
+
+# -- the plain nest ----------------------------------------------------------------------------
+
+def _scaled(s: Expr, scale: float, bias: Expr | None) -> Expr | None:
+    """s * scale + bias as the schedule computes it; None when it is s itself."""
+    if bias is None:
+        return None if scale == 1 else Binary("mul", s, Const(scale, F32))
+    return Binary("add", s, bias) if scale == 1 else Fma(s, Const(scale, F32), bias)
+
+
+def _result(acc: Expr, total: Expr, empty_rows_zero: bool) -> Expr:
+    value = Binary("div", acc, total)
+    return Select(Binary("eq", total, ZERO), ZERO, value) if empty_rows_zero else value
+
+
+def plain_attention(ctx, att: Attention) -> list[Stmt]:
+    """The plain nest of `att` (the module docstring's Before): the online softmax one key
+    at a time; `ctx` makes its variables and locals (a LowerContext or FreshNames)."""
+    top, total, s, new, corr, p = (ctx.local(F32).name for _ in range(6))
+    acc = ctx.local(F32, (att.width,)).name
+    index = [ctx.var("i") for _ in (*att.batch, att.rows)]
+    loops = _PlainNames(top, total, s, new, corr, p, acc,
+                        *(ctx.var(v) for v in ("j", "d", "e", "e", "e")))
+    nest = _plain_row(att, index[:-1], index[-1], loops)
+    for var, extent in reversed(list(zip(index, (*att.batch, att.rows)))):
+        nest = [For(var, Const(0), Const(extent), nest)]
+    return nest
+
+
+class _PlainNames(NamedTuple):
+    """The plain nest's locals (scalars but acc, [width]) and inner loop variables."""
+
+    top: str
+    total: str
+    s: str
+    new: str
+    corr: str
+    p: str
+    acc: str
+    j: Var
+    d: Var
+    e0: Var
+    e1: Var
+    e2: Var
+
+
+def _plain_row(att: Attention, b: list[Expr], i: Var, n: _PlainNames) -> list[Stmt]:
+    """The plain nest's statements for query row i of batch index b."""
+    def at(buf: str, *index: Expr) -> Load:
+        return Load(buf, tuple(index), F32)
+
+    j, d, e0, e1, e2 = n.j, n.d, n.e0, n.e1, n.e2
+    empty = Binary("eq", at(n.new), NEG_INF)
+    scaled = _scaled(at(n.s), att.scale, att.mask([*b, i, j]) if att.mask else None)
+    key = [Store(n.s, (), ZERO),
+           For(d, Const(0), Const(att.dim), [Store(n.s, (), Fma(
+               att.q([*b, i, d]), att.kt([*b, d, j]), at(n.s)))]),
+           *([Store(n.s, (), scaled)] if scaled is not None else []),
+           Store(n.new, (), Binary("max", at(n.top), at(n.s))),
+           Store(n.corr, (), Select(empty, ZERO,
+                                    Unary("exp", Binary("sub", at(n.top), at(n.new))))),
+           Store(n.p, (), Select(empty, ZERO, Unary("exp", Binary("sub", at(n.s), at(n.new))))),
+           Store(n.total, (), Fma(at(n.total), at(n.corr), at(n.p))),
+           For(e1, Const(0), Const(att.width), [Store(n.acc, (e1,), Fma(
+               at(n.p), att.v([*b, j, e1]), Binary("mul", at(n.acc, e1), at(n.corr))))]),
+           Store(n.top, (), at(n.new))]
+    return [Store(n.top, (), NEG_INF), Store(n.total, (), ZERO),
+            For(e0, Const(0), Const(att.width), [Store(n.acc, (e0,), ZERO)]),
+            For(j, Const(0), Const(att.keys), key),
+            For(e2, Const(0), Const(att.width), [att.store(
+                [*b, i, e2], _result(at(n.acc, e2), at(n.total), att.empty_rows_zero))])]
+
+
+@dataclass(frozen=True)
+class AttentionNest:
+    """A plain attention nest found in a kernel: the attention it computes (its reads are
+    the plain nest's, at the indices given) and the locals only the plain nest uses."""
+
+    attention: Attention
+    locals: frozenset[str]
+
+
+def _is_store(st: Stmt, buffer: str | None = None, index: tuple = ()) -> bool:
+    return isinstance(st, Store) and (buffer is None or st.buffer == buffer) and \
+        st.index == index
+
+
+def _counted(st: Stmt) -> For | None:
+    """`st` if it is a loop from 0 by 1 to a constant."""
+    if isinstance(st, For) and st.start == Const(0) and st.step == 1 and \
+            isinstance(st.stop, Const) and st.kind == "serial":
+        return st
+    return None
+
+
+def match_attention(loop: For, locals_: set[str]) -> AttentionNest | None:
+    """The attention computed by the plain nest `loop` (as `plain_attention` writes it),
+    or None when it is not one. `locals_`: the kernel's locals."""
+    outer: list[For] = []
+    body: list[Stmt] = [loop]
+    while len(body) == 1 and _counted(body[0]) is not None:
+        outer.append(body[0])
+        body = body[0].body
+    if len(outer) < 1 or len(body) != 5:
+        return None
+    init_top, init_total, init_acc, keys, finish = body
+    if not (_is_store(init_top) and init_top.value == NEG_INF and _is_store(init_total)
+            and init_total.value == ZERO and init_top.buffer in locals_):
+        return None
+    init_acc, keys, finish = _counted(init_acc), _counted(keys), _counted(finish)
+    if init_acc is None or keys is None or finish is None or len(init_acc.body) != 1:
+        return None
+    top, total, acc = init_top.buffer, init_total.buffer, init_acc.body[0]
+    if not (isinstance(acc, Store) and acc.index == (init_acc.var,) and acc.value == ZERO):
+        return None
+    acc = acc.buffer
+    steps = keys.body
+    if len(steps) not in (8, 9) or not _is_store(steps[0]) or _counted(steps[1]) is None:
+        return None
+    s, dots = steps[0].buffer, steps[1]
+    dot = dots.body[0] if len(dots.body) == 1 else None
+    if not (_is_store(dot, s) and isinstance(dot.value, Fma) and
+            dot.value.c == Load(s, (), F32)):
+        return None
+    scale, mask_term = 1.0, None
+    if len(steps) == 9:  # s * scale (+ mask)
+        v = steps[2].value if _is_store(steps[2], s) else None
+        if isinstance(v, Binary) and v.op == "mul" and isinstance(v.b, Const):
+            scale = float(v.b.value)
+        elif isinstance(v, Binary) and v.op == "add":
+            mask_term = v.b
+        elif isinstance(v, Fma) and isinstance(v.b, Const):
+            scale, mask_term = float(v.b.value), v.c
+        else:
+            return None
+    *_, update, top_again = steps
+    update = _counted(update)
+    if update is None or len(update.body) != 1 or not _is_store(top_again, top):
+        return None
+    av = update.body[0]
+    if not (isinstance(av, Store) and av.buffer == acc and isinstance(av.value, Fma)):
+        return None
+    if len(finish.body) != 1 or not isinstance(finish.body[0], Store):
+        return None
+    out = finish.body[0]
+    empty_rows_zero = isinstance(out.value, Select)
+    plain_locals = {top, total, acc, s, *(st.buffer for st in steps[2:-2]
+                                          if isinstance(st, Store))}
+    if not plain_locals <= locals_:
+        return None
+    names = [x.var.name for x in outer]
+    *batch_vars, row_var = names
+    j, d, e, f = keys.var.name, dots.var.name, update.var.name, finish.var.name
+
+    def read(term: Expr, variables: list[str]) -> Callable[[list[Expr]], Expr]:
+        return lambda index: substitute(term, dict(zip(variables, index)))
+
+    def store(index: list[Expr], value: Expr) -> Stmt:
+        at = dict(zip([*batch_vars, row_var, f], index))
+        return Store(out.buffer, tuple(substitute(i, at) for i in out.index), value)
+
+    attention = Attention(
+        tuple(int(x.stop.value) for x in outer[:-1]), int(outer[-1].stop.value),
+        int(dots.stop.value), int(keys.stop.value), int(update.stop.value), scale,
+        empty_rows_zero, read(dot.value.a, [*batch_vars, row_var, d]),
+        read(dot.value.b, [*batch_vars, d, j]), read(av.value.b, [*batch_vars, j, e]),
+        read(mask_term, [*batch_vars, row_var, j]) if mask_term is not None else None,
+        store)
+    # What was read off is the plain nest only if it writes the nest back exactly.
+    if not all(isinstance(st, Store) for st in steps[-6:-3]):
+        return None
+    new_, corr, p = (st.buffer for st in steps[-6:-3])
+    again = _plain_row(attention, [Var(v) for v in batch_vars], Var(row_var), _PlainNames(
+        top, total, s, new_, corr, p, acc, keys.var, dots.var, init_acc.var, update.var,
+        finish.var))
+    if again != body:
+        return None
+    return AttentionNest(attention, frozenset(plain_locals))
+
+
+def nests(kernel: Kernel, windows=None) -> list[tuple[str, AttentionNest]]:
+    """The top-level plain attention nests of `kernel`, each with its outermost loop's
+    name: what the `attention` step schedules. (`windows`: unused, as NEST_CLASSES
+    passes them.)"""
+    locals_ = {b.name for b in kernel.locals}
+    found = []
+    for s in kernel.body:
+        if isinstance(s, For) and (nest := match_attention(s, locals_)) is not None:
+            found.append((s.var.name, nest))
+    return found
+
+
+def default_parameters(nest: AttentionNest, target: Target) -> dict[str, int]:
+    """The attention step's parameters on `target`: PARAMETERS' defaults."""
+    return {name: value for name, (value, _) in PARAMETERS.items()}
+
+
+def step_arguments(nest: AttentionNest, values: dict[str, int], target: Target) -> tuple:
+    """The step's arguments after its loop: key_block, row_group and the tile's lanes."""
+    return (values["key_block"], values["row_group"],
+            values["tile_vectors"] * target.lanes(F32))
+
+
+def attention(kernel: Kernel, loop: str, key_block: int, row_group: int, tile: int
+              ) -> Kernel:
+    """The schedule primitive: the plain attention nest of `loop` (a top-level loop of
+    `kernel`) with keys in blocks of `key_block`, `row_group` query rows at once and
+    register tiles `tile` lanes wide (the module docstring's After)."""
+    nest = dict(nests(kernel)).get(loop)
+    if nest is None:
+        raise ScheduleError(f"kernel @{kernel.name}: %{loop} is not the outermost loop of a"
+                            " plain attention nest")
+    bad = [n for n, v in (("key_block", key_block), ("row_group", row_group),
+                          ("tile", tile)) if v < 1]
+    if bad:
+        raise ScheduleError(f"kernel @{kernel.name}: attention %{loop}: {', '.join(bad)}"
+                            " must be positive")
+    scheduled = replace_nest(kernel, loop, nest.locals, lambda names: schedule_attention(
+        names, nest.attention, key_block, row_group, tile))
+    return verify_kernel(simplify_kernel(scheduled))

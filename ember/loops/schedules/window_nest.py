@@ -19,7 +19,7 @@ schedule's checks stand in for it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from ember.dtypes import DType
@@ -239,17 +239,18 @@ def step_nest(kernel: Kernel, loop: str, nests: Callable[[Kernel, Windows], list
     return nest
 
 
-def replace_nest(kernel: Kernel, loop: str, acc: str, build) -> Kernel:
+def replace_nest(kernel: Kernel, loop: str, acc: str | Collection[str], build) -> Kernel:
     """`kernel` with its top-level nest `loop` replaced by build(names) (a FreshNames of
-    the kernel without that nest, whose locals are added; the nest's accumulator `acc`
-    goes with it)."""
+    the kernel without that nest, whose locals are added; the nest's accumulator `acc`, or
+    its locals, go with it unless the rest of the kernel uses them)."""
+    acc = {acc} if isinstance(acc, str) else set(acc)
     at = next(i for i, s in enumerate(kernel.body) if isinstance(s, For) and
               s.var.name == loop)
     rest = [*kernel.body[:at], *kernel.body[at + 1:]]
     used = {x.buffer for x in loads_in(rest)} | {
         s.buffer for s in walk_stmts(rest) if isinstance(s, Store)}
     kept = dataclasses.replace(kernel, body=rest, locals=[
-        b for b in kernel.locals if b.name != acc or b.name in used])
+        b for b in kernel.locals if b.name not in acc or b.name in used])
     names = FreshNames(kept)
     body = build(names)
     return dataclasses.replace(kept, body=[*rest[:at], *body, *rest[at:]],

@@ -3,8 +3,9 @@
 `Config(tune=True)` (or EMBER_TUNE=1) makes a compile tune every matmul shape the database
 does not know yet, within a time budget per shape, and lower every matmul with the best
 schedule found (ember/loops/schedules/gemm.py); later compiles with `tune=True` reuse the
-winners. Other lowerings declare the parameters worth searching as knobs (`knobs.py`), and
-each kernel that has some is searched the same way, keyed by a hash of its loop IR.
+winners. The scheduling stage's other steps (pools, convolutions, attention) declare the
+parameters worth searching, and each nest of theirs is searched the same way, keyed by a
+hash of its loop IR (`knobs.py`).
 Candidates run in a separate process (`worker.py`), so that one that crashes cannot take
 the caller down.
 """
@@ -12,7 +13,6 @@ the caller down.
 from ember.loops.tune.context import ScheduleFile, Tuning, chosen_gemm_schedule
 from ember.loops.tune.database import TuningDatabase
 from ember.loops.tune.gemm import gemm_key, key_of, tune_gemm
-from ember.loops.tune.knobs import KnobValues
 
-__all__ = ["KnobValues", "ScheduleFile", "Tuning", "TuningDatabase", "chosen_gemm_schedule",
+__all__ = ["ScheduleFile", "Tuning", "TuningDatabase", "chosen_gemm_schedule",
            "gemm_key", "key_of", "tune_gemm"]

@@ -1,7 +1,8 @@
 """Scaled dot-product attention, softmax(q @ kt * scale + mask) @ v over the last axis, as
-one kernel: the attention schedule (ember/loops/schedules/attention.py, an online softmax
-over blocks of keys) given the operands' reads and the output's store. f32 only: the graph
-pass that forms this op (ember/graph/passes/attention.py) makes it for f32 attention only.
+one kernel: the plain nest of an online softmax, one key at a time
+(ember/loops/schedules/attention.py, `plain_attention`), which the scheduling stage's
+`attention` step takes in blocks of keys and groups of rows. f32 only: the graph pass
+that forms this op (ember/graph/passes/attention.py) makes it for f32 attention only.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from ember.dtypes import DType
 from ember.errors import UnsupportedOpError
 from ember.loops.ir import Const, Expr, Stmt, Store
 from ember.loops.lower.core import LowerContext, lowering
-from ember.loops.schedules.attention import Attention, schedule_attention
+from ember.loops.schedules.attention import Attention, plain_attention
 
 
 @lowering("attention")
@@ -28,7 +29,7 @@ def attention(ctx: LowerContext) -> list[Stmt]:
         return ctx.load(3, [*(Const(0) if m == 1 else i for m, i in zip(mask.shape, b)),
                             row, key])
 
-    return schedule_attention(ctx, Attention(
+    return plain_attention(ctx, Attention(
         tuple(batch), rows, dim, kt.shape[-1], v.shape[-1], ctx.attrs["scale"],
         ctx.attrs["empty_rows_zero"], lambda i: ctx.load(0, i), lambda i: ctx.load(1, i),
         lambda i: ctx.load(2, i), masked if mask is not None else None,
