@@ -170,11 +170,8 @@ def schedule_attention(ctx: FreshNames, att: Attention, key_block: int, row_grou
                 ]
                 if att.mask is not None or scale != 1:  # s * scale + mask, in one pass
                     def scaled(ii: Expr, j: Expr) -> Expr:
-                        if att.mask is None:
-                            return Binary("mul", s(ii, j), Const(scale, F32))
-                        bias = att.mask([*b, row(ii), k0 + j])
-                        return Binary("add", s(ii, j), bias) if scale == 1 else \
-                            Fma(s(ii, j), Const(scale, F32), bias)
+                        return _scaled(s(ii, j), scale, att.mask([*b, row(ii), k0 + j])
+                                       if att.mask is not None else None)
 
                     stmts.append(each_row(lambda ii: [vector(n, lambda j: [
                         put(scores, (ii, t0 + j), scaled(ii, t0 + j))])]))
@@ -229,10 +226,7 @@ def schedule_attention(ctx: FreshNames, att: Attention, key_block: int, row_grou
 
         def finish(ii: Expr) -> list[Stmt]:
             def value(e: Expr) -> Expr:
-                result = Binary("div", at(acc, ii, e), at(total, ii))
-                if att.empty_rows_zero:
-                    result = Select(Binary("eq", at(total, ii), ZERO), ZERO, result)
-                return result
+                return _result(at(acc, ii, e), at(total, ii), att.empty_rows_zero)
 
             store = lane_chunks(ctx, width, tile,
                                 lambda e: [att.store([*b, r0 + ii, e], value(e))])
