@@ -473,3 +473,28 @@ def test_the_tile_is_narrower_where_the_wide_one_would_pad_an_eighth_more(name, 
     tile = gemm.matrix_tile(target, 512, None, cols=cols)
     assert tile.nr == vectors * lanes
     assert tile.mr <= gemm.register_tile(target, max(vectors, 2))[0]
+
+
+@pytest.mark.parametrize("m, k, n", [(1, 300, 1000), (2, 7, 65), (1, 1, 4096), (2, 129, 3000),
+                                     (1, 64, 100)])
+@pytest.mark.parametrize("epilogue", [False, True])
+def test_a_matrix_vector_product_streams_the_rows_of_b(m, k, n, epilogue) -> None:
+    """One or two rows times a B read in place, wider than the tile: per k, the task's
+    columns of row k of B into sums kept in a local (gemm._RowStream), a masked chunk past
+    the whole ones of N; with a fused epilogue, the same values as NumPy."""
+    b = ember.Builder("mv")
+    y = b.matmul(b.input("a", "f32", (m, k)), b.input("b", "f32", (k, n)))
+    b.output(b.tanh(y) if epilogue else y)
+    graph = b.build()
+    tile = gemm.default_tile(m, False, n, HOST)
+    (_, g), = gemm.matmul_nests(lower_graph(graph, target=HOST).kernels[0])
+    assert gemm.streams_rows(g, tile)
+    kernel = kernel_of(graph)
+    width = next(buf.shape[1] for buf in kernel.locals if len(buf.shape) == 2)
+    assert width % tile.nr == 0 and 4 * m * width <= gemm.ROW_STREAM_BYTES
+    assert not any(len(buf.shape) == 3 for buf in kernel.locals)  # nothing packed
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    w = RNG.standard_normal((k, n)).astype(np.float32)
+    got, = ember.compile(graph, config=ember.Config(executor="cpu", disk_cache=False))(x, w)
+    want = x.astype(np.float64) @ w
+    np.testing.assert_allclose(got, np.tanh(want) if epilogue else want, rtol=1e-4, atol=1e-4)

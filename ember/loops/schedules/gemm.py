@@ -60,7 +60,9 @@ A is read in place, or copied per row block and pass into `%ap: f32[mc/mr, mr, k
 row contiguous) when its term is more than an f32 load: an f16 or bf16 operand is then
 widened once per block instead of once per use. B is read in place when all the rows fit
 one tile (a vector times a matrix): each element is used once, so packing would only copy
-it; and when it comes packed already (`Gemm.b_panels`: a constant matrix that the
+it; such a product wider than the tile streams B's rows instead (`_RowStream`: per k, a
+task's columns of row k into sums in L1, not a tile's 256 bytes of every row); and when
+it comes packed already (`Gemm.b_panels`: a constant matrix that the
 pack_matmuls pass packed at compile time into panels of the tile's width, so that the
 micro-kernel reads %bp's layout from the operand itself). Integer and f64 matmuls keep the
 plain nest.
@@ -75,7 +77,7 @@ from dataclasses import dataclass
 
 from ember.dtypes import DType
 from ember.errors import ScheduleError
-from ember.loops.analysis import transcendental
+from ember.loops.analysis import access_kind, transcendental
 from ember.loops.ir import (
     Binary,
     Const,
@@ -788,9 +790,115 @@ class _Builder:
         return [init, *updates, If(binary("eq", pc, self.npc - 1), write, [save])]
 
 
+class _RowStream(_Builder):
+    """A matrix-vector product whose B is read in place row by row: per k, the task's
+    columns of row k of B, one contiguous run, into sums kept in L1 (`%acc: f32[m, W]`):
+
+        for %task = 0 to column blocks of W parallel {
+          %acc = 0
+          for %k = 0 to K { for %q = chunks of nr { for %ii = 0 to m unrolled {
+            for %jj = 0 to nr vectorized {
+              %acc[%ii, %q * nr + %jj] = fma(A[%ii, %k], B[%k, j0 + %q * nr + %jj], ..) } } } }
+          for %ii, %q, %jj { out[%ii, j0 + ..] = %acc[..] }    (the nest's result)
+        }
+
+    A register tile over nr columns would read nr columns of every row per k: runs of
+    256 bytes a page apart, which the prefetchers do not follow (1x768x3072 on one
+    thread: 785 us against 293 for torch.matmul; docs/benchmarks.md)."""
+
+    def __init__(self, ctx, g: Gemm, s: GemmSchedule):
+        self.ctx, self.g = ctx, g
+        self.nbatch, self.fold, self.nb = 1, True, 1
+        self.rows = self.mr = g.m
+        self.nr = s.nr
+        self.work = g.m * g.n * g.depth
+        self.threaded = self.work >= MIN_PARALLEL_MATVEC_FMAS
+        tasks = min(s.parallel, _ceil(g.n, s.nr)) if self.threaded else 1
+        width = _ceil(_ceil(g.n, tasks), s.nr) * s.nr
+        self.width = min(width, max(s.nr, ROW_STREAM_BYTES // (4 * g.m) // s.nr * s.nr))
+        self.tasks = _ceil(g.n, self.width)
+        self.acc = ctx.local(F32, (g.m, self.width))
+
+    def build(self) -> list[Stmt]:
+        kind = "parallel" if self.threaded else "serial"
+        return self.loop("task", self.tasks, self.task, kind)
+
+    def chunks(self, j0: Expr, body) -> list[Stmt]:
+        """body(q, lanes) over the task's chunks of nr columns from j0: whole ones, then
+        the rest of N (a shorter, masked one)."""
+        g, nr = self.g, self.nr
+        whole = Const(self.width // nr) if g.n % self.width == 0 else \
+            _min(self.width // nr, (Const(g.n) - j0) // nr)
+        stmts = self.loop("q", whole, lambda q: body(q, Const(nr)))
+        if g.n % nr:
+            last = Const(g.n // nr)  # the chunk past the whole ones of N, in the last task
+            rest = binary("eq", j0 + self.width, Const(self.tasks * self.width))
+            q = last - j0 // nr
+            stmts.append(If(rest, body(q, Const(g.n % nr)), []))
+        return stmts
+
+    def task(self, t: Expr) -> list[Stmt]:
+        g, nr, acc = self.g, self.nr, self.acc.name
+        j0 = t * self.width
+
+        def lanes(count: Expr, body) -> For:
+            jj = self.var("jj")
+            return For(jj, Const(0), count, body(jj), 1, "vectorized")
+
+        def rows(body) -> For:
+            ii = self.var("ii")
+            return For(ii, Const(0), Const(self.mr), body(ii), 1, "unrolled")
+
+        zero = rows(lambda ii: self.loop("q", self.width // nr, lambda q: [lanes(
+            Const(nr), lambda jj: [Store(acc, (ii, q * nr + jj), Const(0.0, F32))])]))
+        k = self.var("k")
+
+        def fma(q: Expr, count: Expr) -> list[Stmt]:
+            return [rows(lambda ii: [lanes(count, lambda jj: [Store(acc, (ii, q * nr + jj), Fma(
+                self.a_term(Const(0), ii, k), self.b_term(Const(0), k, j0 + q * nr + jj),
+                Load(acc, (ii, q * nr + jj), F32)))])])]
+
+        def result(q: Expr, count: Expr) -> list[Stmt]:
+            def stores(ii: Expr) -> list[Stmt]:
+                return [lanes(count, lambda jj: self.result_at(
+                    ii, j0 + q * nr + jj, Load(acc, (ii, q * nr + jj), F32)))]
+            return [rows(stores)]
+
+        return [zero, For(k, Const(0), Const(g.depth), self.chunks(j0, fma)),
+                *self.chunks(j0, result)]
+
+    def result_at(self, row: Expr, col: Expr, value: Load) -> list[Stmt]:
+        """The nest's statements after the sum, for the sum `value` of (row, col)."""
+        g = self.g
+        values = self.values(Const(0), row, None, col)
+
+        def at(e: Expr) -> Expr:
+            return substitute(map_expr(e, lambda x: value if isinstance(x, Load) and
+                                       x.buffer == g.acc else None), values)
+
+        return [Store(s.buffer, tuple(at(i) for i in s.index), at(s.value)) for s in g.result]
+
+
+# The sums of a row-streamed matrix-vector task stay in L1: at most this many bytes.
+ROW_STREAM_BYTES = 1 << 14
+
+
+def streams_rows(g: Gemm, s: GemmSchedule) -> bool:
+    """Whether matmul `g` under schedule `s` is a matrix-vector product whose B is read in
+    place, contiguous along its columns, with rows longer than a tile's read
+    (MATVEC_ROW_BYTES; a tile over a shorter row reads all of it anyway): `_RowStream`
+    schedules it."""
+    return matrix_vector(g.m, bool(g.batch)) and g.col is not None and g.b_panels is None \
+        and g.b_panel is None and isinstance(g.b, Load) and \
+        access_kind(g.b.index, g.col) == "contiguous" and \
+        g.n * g.b.dtype.itemsize > max(MATVEC_ROW_BYTES, s.nr * 4)
+
+
 def apply_gemm(ctx, g: Gemm, schedule: GemmSchedule) -> list[Stmt]:
     """The scheduled nest of matmul `g`; `ctx` makes its variables and locals (`var(hint)`,
     `local(dtype, shape)`)."""
+    if streams_rows(g, schedule):
+        return _RowStream(ctx, g, schedule).build()
     return _Builder(ctx, g, schedule).build()
 
 
