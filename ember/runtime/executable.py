@@ -115,6 +115,15 @@ def _check(a: np.ndarray, b: Buffer, what: str) -> np.ndarray:
     return a
 
 
+def data_address(a: np.ndarray) -> int:
+    """The address of C-contiguous `a`'s data. `a.ctypes.data` builds a ctypes view at each
+    call (about 0.8 us); a writeable array's buffer gives it in about 0.3 us."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+    except (TypeError, ValueError):  # read-only, or empty
+        return a.ctypes.data
+
+
 def _aligned_empty(nbytes: int) -> tuple[np.ndarray, np.ndarray]:
     """A zeroed byte array of `nbytes` whose data is ALIGNMENT-aligned, and its owner."""
     owner = np.zeros(nbytes + ALIGNMENT, np.uint8)
@@ -190,17 +199,26 @@ class Executable:
             raise ShapeError(f"{iface.name} takes {len(iface.inputs)} inputs"
                              f" ({', '.join('%' + b.name for b in iface.inputs)}),"
                              f" got {len(inputs)}")
-        if out is None and all(type(x) is np.ndarray and x.dtype == dtype and x.shape == shape
-                               and x.flags.c_contiguous and x.flags.aligned
-                               for x, (dtype, shape) in zip(inputs, self._expected)):
-            return self.run_addresses([x.ctypes.data for x in inputs])  # the common call
+        plain = all(type(x) is np.ndarray and x.dtype == dtype and x.shape == shape
+                    and x.flags.c_contiguous and x.flags.aligned
+                    for x, (dtype, shape) in zip(inputs, self._expected))
+        if plain and out is None:
+            return self.run_addresses([data_address(x) for x in inputs])  # the common call
+        if plain and type(out) in (list, tuple) and len(out) == len(self._output_specs) and \
+                all(type(o) is np.ndarray and o.dtype == dtype and o.shape == shape and
+                    o.flags.c_contiguous and o.flags.aligned and o.flags.writeable
+                    and not any(np.may_share_memory(x, o) for x in inputs)
+                    for o, (shape, dtype) in zip(out, self._output_specs)):
+            # The common call with out= buffers that share no memory with the inputs.
+            self.run_into([data_address(x) for x in inputs], [data_address(o) for o in out])
+            return list(out)
         arrays = [_check(as_array(x, f"input {i} (%{b.name})"), b, f"input {i} (%{b.name})")
                   for i, (x, b) in enumerate(zip(inputs, iface.inputs))]
         results, outputs = self._outputs(out)
         if out is not None:  # an input that is also an output buffer: read a copy of it
             arrays = [a.copy() if any(np.may_share_memory(a, o) for o in outputs) else a
                       for a in arrays]
-        self.run_into([a.ctypes.data for a in arrays], [a.ctypes.data for a in outputs])
+        self.run_into([data_address(a) for a in arrays], [data_address(a) for a in outputs])
         return results
 
     def run_addresses(self, inputs: Sequence[int]) -> list[np.ndarray]:
@@ -208,7 +226,7 @@ class Executable:
         checked each input against `input_types`: dtype, shape, C order and alignment (and
         keeps it alive through the call); nothing here can check an address."""
         outputs = [OUTPUTS.array(shape, dtype) for shape, dtype in self._output_specs]
-        self.run_into(inputs, [a.ctypes.data for a in outputs])
+        self.run_into(inputs, [data_address(a) for a in outputs])
         return outputs
 
     def run_into(self, inputs: Sequence[int], outputs: Sequence[int]) -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from ember.dtypes import DType
 from ember.errors import EmberError, ShapeError
-from ember.runtime.executable import Executable, Interface, as_array
+from ember.runtime.executable import Executable, Interface, as_array, data_address
 from ember.target import Target
 from tests.runtime import handmade
 
@@ -70,6 +70,26 @@ def test_out_buffers_are_written_and_checked(exe: Executable) -> None:
     # An output that is also the input: the input is read from a copy.
     exe(x, out=[x, info])
     np.testing.assert_array_equal(x, 1 + C)
+
+
+def test_arrays_pass_by_the_address_of_their_data(exe: Executable) -> None:
+    """data_address reads a writeable array's buffer and falls back to ctypes for the
+    others; the kernel sees each input's and out= buffer's own data, read-only or not."""
+    for a in (np.arange(8, dtype=np.float32), np.zeros((3, 5)), np.empty(0, np.float32)):
+        assert data_address(a) == a.ctypes.data
+        a.flags.writeable = False
+        assert data_address(a) == a.ctypes.data
+    x = np.ones(8, np.float32)
+    x.flags.writeable = False
+    y, info = np.empty(8, np.float32), np.empty(3, np.int64)
+    assert exe(x, out=[y, info])[0] is y and info[0] == x.ctypes.data
+    np.testing.assert_array_equal(y, x + C)
+    _, again = exe(x)
+    assert again[0] == x.ctypes.data
+    frozen = np.empty(8, np.float32)
+    frozen.flags.writeable = False
+    with pytest.raises(ShapeError, match="writeable"):
+        exe(x, out=[frozen, info])
 
 
 def test_torch_tensors_pass_by_pointer() -> None:
