@@ -124,7 +124,7 @@ def lower_to_program(graph: Graph, config: Config, timings: dict | None = None,
 
     with reproduced("lowering to loops", optimized, "python -m ember lower {input} -p ''"):
         tuning = tuning_session(config, backend)
-        program = stages.run("lowering", lambda: lower_graph(optimized, target, tuning),
+        program = stages.run("lowering", lambda: lower_graph(optimized, target),
                              loop_ir("lowered.ir"))
         program = stages.run("scheduling",
                              lambda: verify_program(schedule_program(program, target, tuning)),

@@ -27,7 +27,6 @@ from ember.loops.ir import (
     Var,
     const,
 )
-from ember.loops.tune.context import Tuning
 from ember.target import Target
 
 Lowering = Callable[["LowerContext"], list[Stmt]]
@@ -59,14 +58,13 @@ def lowered_ops() -> list[str]:
 
 
 class LowerContext:
-    """One graph op being lowered to one kernel. `target` and `tuning` (a tuned compile's)
-    are the compile's: no lowering reads them, since lowerings write the algorithm and the
-    scheduling stage fits it to the target."""
+    """One graph op being lowered to one kernel for the compile's `target` (which no
+    lowering reads now: lowerings write the algorithm, and the scheduling stage fits it to
+    the target)."""
 
-    def __init__(self, op: Op, target: Target, tuning: Tuning | None = None):
+    def __init__(self, op: Op, target: Target):
         self.op = op
         self.target = target
-        self.tuning = tuning
         self.attrs = op.attrs
         self.inputs = [Buffer(f"x{i}", v.dtype, v.shape) for i, v in enumerate(op.operands)]
         self.outputs = [Buffer(f"y{i}", v.dtype, v.shape) for i, v in enumerate(op.results)]

@@ -57,7 +57,7 @@ class _OpContext(LowerContext):
     its locals and loop variables are the kernel's."""
 
     def __init__(self, op: Op, kernel: FusedKernel, input_names: Sequence[str] | None = None):
-        super().__init__(op, kernel.ctx.target, kernel.ctx.tuning)
+        super().__init__(op, kernel.ctx.target)
         self.kernel = kernel
         if input_names is not None:  # a root reading kernel parameters by name keeps working
             self.inputs = [Buffer(name, b.dtype, b.shape)

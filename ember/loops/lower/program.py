@@ -29,21 +29,19 @@ from ember.loops.ir import (
 from ember.loops.lower.core import LowerContext, find_lowering
 from ember.loops.lower.fused import lower_fused
 from ember.loops.schedules.lanes import serial_unless_vectorizable
-from ember.loops.tune.context import Tuning
 from ember.target import Target
 
 
-def lower_graph(graph: Graph, target: Target, tuning: Tuning | None = None) -> Program:
-    """The loop-IR program of `graph` (primitive ops only), its kernels shaped for
-    `target`, with a tuned compile's schedules (`tuning`)."""
-    return _Lowerer(graph, target, tuning).run()
+def lower_graph(graph: Graph, target: Target) -> Program:
+    """The loop-IR program of `graph` (primitive ops only): each kernel its op's algorithm,
+    a plain nest that the scheduling stage fits to `target` (ember/loops/schedule.py)."""
+    return _Lowerer(graph, target).run()
 
 
 class _Lowerer:
-    def __init__(self, graph: Graph, target: Target, tuning: Tuning | None):
+    def __init__(self, graph: Graph, target: Target):
         self.graph = graph
         self.target = target
-        self.tuning = tuning
         self.buffers: list[ProgramBuffer] = []
         self.names: set[str] = set()
         self.kernels: list[Kernel] = []
@@ -113,7 +111,7 @@ class _Lowerer:
             name = "_".join(list(dict.fromkeys(members))[:3])
             origin = f"{op.where()} [{', '.join(members)}]"
 
-            ctx = LowerContext(op, self.target, self.tuning)
+            ctx = LowerContext(op, self.target)
             body, inputs, results, locals_ = lower_fused(op, self.graph, ctx)
             lowered = serial_unless_vectorizable(Kernel("k", [*inputs, *results], body,
                                                         locals_))
@@ -124,7 +122,7 @@ class _Lowerer:
                                          f" graph.{op.name}")
             name, origin = op.name, op.where()
 
-            ctx = LowerContext(op, self.target, self.tuning)
+            ctx = LowerContext(op, self.target)
             body = fn(ctx)
             lowered = serial_unless_vectorizable(Kernel("k", [*ctx.inputs, *ctx.outputs],
                                                         body, ctx.locals))

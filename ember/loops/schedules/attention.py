@@ -42,7 +42,6 @@ from functools import partial
 from typing import NamedTuple
 
 from ember.dtypes import DType
-from ember.errors import ScheduleError
 from ember.loops.ir import (
     Binary,
     Buffer,
@@ -64,7 +63,7 @@ from ember.loops.ir import (
 from ember.loops.schedules.lanes import lane_chunks, vector_loop
 from ember.loops.schedules.names import FreshNames
 from ember.loops.schedules.params import Parameters
-from ember.loops.schedules.window_nest import replace_nest
+from ember.loops.schedules.window_nest import replace_nest, step_nest
 from ember.loops.simplify import simplify_kernel
 from ember.loops.verify import verify_kernel
 from ember.target import Target
@@ -241,10 +240,14 @@ def schedule_attention(ctx: FreshNames, att: Attention, key_block: int, row_grou
                 each_row(finish)]
 
     index = [ctx.var("i") for _ in (*batch, rows)]
-    nest = rows_of(index[:-1], index[-1] * group)
-    for var, extent in reversed(list(zip(index, (*batch, -(-rows // group))))):
-        nest = [For(var, Const(0), Const(extent), nest)]
-    return nest
+    return _nest(index, (*batch, -(-rows // group)), rows_of(index[:-1], index[-1] * group))
+
+
+def _nest(index: list[Var], extents: tuple[int, ...], body: list[Stmt]) -> list[Stmt]:
+    """Loops of `index` over `extents` (outermost first) around `body`."""
+    for var, extent in reversed(list(zip(index, extents))):
+        body = [For(var, Const(0), Const(extent), body)]
+    return body
 
 
 # -- the plain nest ----------------------------------------------------------------------------
@@ -269,10 +272,7 @@ def plain_attention(ctx, att: Attention) -> list[Stmt]:
     index = [ctx.var("i") for _ in (*att.batch, att.rows)]
     loops = _PlainNames(top, total, s, new, corr, p, acc,
                         *(ctx.var(v) for v in ("j", "d", "e", "e", "e")))
-    nest = _plain_row(att, index[:-1], index[-1], loops)
-    for var, extent in reversed(list(zip(index, (*att.batch, att.rows)))):
-        nest = [For(var, Const(0), Const(extent), nest)]
-    return nest
+    return _nest(index, (*att.batch, att.rows), _plain_row(att, index[:-1], index[-1], loops))
 
 
 class _PlainNames(NamedTuple):
@@ -454,15 +454,8 @@ def attention(kernel: Kernel, loop: str, key_block: int, row_group: int, tile: i
     """The schedule primitive: the plain attention nest of `loop` (a top-level loop of
     `kernel`) with keys in blocks of `key_block`, `row_group` query rows at once and
     register tiles `tile` lanes wide (the module docstring's After)."""
-    nest = dict(nests(kernel)).get(loop)
-    if nest is None:
-        raise ScheduleError(f"kernel @{kernel.name}: %{loop} is not the outermost loop of a"
-                            " plain attention nest")
-    bad = [n for n, v in (("key_block", key_block), ("row_group", row_group),
-                          ("tile", tile)) if v < 1]
-    if bad:
-        raise ScheduleError(f"kernel @{kernel.name}: attention %{loop}: {', '.join(bad)}"
-                            " must be positive")
+    nest = step_nest(kernel, loop, nests, "attention", "plain attention nest",
+                     key_block=key_block, row_group=row_group, tile=tile)
     scheduled = replace_nest(kernel, loop, nest.locals, lambda names: schedule_attention(
         names, nest.attention, key_block, row_group, tile))
     return verify_kernel(simplify_kernel(scheduled))

@@ -765,15 +765,7 @@ class _Builder:
 
         def result(ii, jj, tile: str = acc) -> list[Stmt]:
             """The nest's statements after the sum, for the sum in `tile` at (ii, jj)."""
-            values = self.values(batch, row + ii, None, col + jj)
-
-            def at(e: Expr) -> Expr:
-                return substitute(map_expr(e, lambda x: Load(tile, (ii, jj), F32) if
-                                           isinstance(x, Load) and x.buffer == g.acc
-                                           else None), values)
-
-            return [Store(s.buffer, tuple(at(i) for i in s.index), at(s.value))
-                    for s in g.result]
+            return self.result_at(batch, row + ii, col + jj, Load(tile, (ii, jj), F32))
 
         rows, cols = _min(self.mr, Const(self.rows) - row), _min(self.nr, Const(g.n) - col)
         if self.stage is None:
@@ -788,6 +780,18 @@ class _Builder:
         save = self.tile_loops(lambda ii, jj: [Store(self.ws.name, (ic, ir, jr, ii, jj),
                                                      acc_at(ii, jj))], self.mr, self.nr)
         return [init, *updates, If(binary("eq", pc, self.npc - 1), write, [save])]
+
+    def result_at(self, batch: Expr, row: Expr, col: Expr, value: Load) -> list[Stmt]:
+        """The nest's statements after the sum (its store, or a fused epilogue's), for the
+        sum `value` of the element at (batch, row, col)."""
+        g = self.g
+        values = self.values(batch, row, None, col)
+
+        def at(e: Expr) -> Expr:
+            return substitute(map_expr(e, lambda x: value if isinstance(x, Load) and
+                                       x.buffer == g.acc else None), values)
+
+        return [Store(s.buffer, tuple(at(i) for i in s.index), at(s.value)) for s in g.result]
 
 
 class _RowStream(_Builder):
@@ -807,12 +811,12 @@ class _RowStream(_Builder):
     thread: 785 us against 293 for torch.matmul; docs/benchmarks.md)."""
 
     def __init__(self, ctx, g: Gemm, s: GemmSchedule):
+        # Only the state the inherited helpers read (values, a_term, b_term, result_at,
+        # loop, var): one batch, no packed blocks, no passes over k.
         self.ctx, self.g = ctx, g
-        self.nbatch, self.fold, self.nb = 1, True, 1
-        self.rows = self.mr = g.m
-        self.nr = s.nr
-        self.work = g.m * g.n * g.depth
-        self.threaded = self.work >= MIN_PARALLEL_MATVEC_FMAS
+        self.nbatch, self.fold = 1, True
+        self.mr, self.nr = g.m, s.nr
+        self.threaded = g.m * g.n * g.depth >= MIN_PARALLEL_MATVEC_FMAS
         tasks = min(s.parallel, _ceil(g.n, s.nr)) if self.threaded else 1
         width = _ceil(_ceil(g.n, tasks), s.nr) * s.nr
         self.width = min(width, max(s.nr, ROW_STREAM_BYTES // (4 * g.m) // s.nr * s.nr))
@@ -861,22 +865,11 @@ class _RowStream(_Builder):
         def result(q: Expr, count: Expr) -> list[Stmt]:
             def stores(ii: Expr) -> list[Stmt]:
                 return [lanes(count, lambda jj: self.result_at(
-                    ii, j0 + q * nr + jj, Load(acc, (ii, q * nr + jj), F32)))]
+                    Const(0), ii, j0 + q * nr + jj, Load(acc, (ii, q * nr + jj), F32)))]
             return [rows(stores)]
 
         return [zero, For(k, Const(0), Const(g.depth), self.chunks(j0, fma)),
                 *self.chunks(j0, result)]
-
-    def result_at(self, row: Expr, col: Expr, value: Load) -> list[Stmt]:
-        """The nest's statements after the sum, for the sum `value` of (row, col)."""
-        g = self.g
-        values = self.values(Const(0), row, None, col)
-
-        def at(e: Expr) -> Expr:
-            return substitute(map_expr(e, lambda x: value if isinstance(x, Load) and
-                                       x.buffer == g.acc else None), values)
-
-        return [Store(s.buffer, tuple(at(i) for i in s.index), at(s.value)) for s in g.result]
 
 
 # The sums of a row-streamed matrix-vector task stay in L1: at most this many bytes.

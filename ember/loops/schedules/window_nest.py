@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from typing import Any
 
 from ember.dtypes import DType
 from ember.errors import ScheduleError
@@ -225,9 +226,10 @@ def window_nests(kernel: Kernel, reduction_depth: int, loop: str | None = None
 
 
 def step_nest(kernel: Kernel, loop: str, nests: Callable[[Kernel, Windows], list],
-              step: str, what: str, **sizes: int) -> WindowNest:
-    """The nest of `loop` if the step's finder `nests` takes it, its `sizes` checked
-    positive; a ScheduleError naming the step when it does not or one is not."""
+              step: str, what: str, **sizes: int) -> Any:
+    """The nest of `loop` if the step's finder `nests` takes it (a WindowNest, or what
+    the finder finds: attention's), its `sizes` checked positive; a ScheduleError naming
+    the step when it does not or one is not."""
     nest = dict(nests(kernel, lambda depth: window_nests(kernel, depth, loop))).get(loop)
     if nest is None:
         raise ScheduleError(f"kernel @{kernel.name}: %{loop} is not the outermost loop of a"
