@@ -10,9 +10,9 @@ before anything runs): square matmuls of each size, Ember compiled once (a graph
 matmul, called with `out=` preallocated) and torch.matmul with `out=`, timed interleaved,
 `--repeat` rounds of one call each; a row reports the median (and the best) of the rounds.
 
-The FMA peak is an Ember kernel: 12 independent accumulators of 16 f32 lanes (`vectorized`,
-`unrolled` loops and `fma`: vector FMAs with no memory operand, enough chains to hide the
-FMA latency), repeated; one such loop per thread of a `parallel` loop gives the team's
+The FMA peak is an Ember kernel: independent accumulators of one vector of f32 lanes each
+(`vectorized`, `unrolled` loops and `fma`: vector FMAs with no memory operand, as many
+chains as the registers hold beside the constant, which hides the FMA latency), repeated; one such loop per thread of a `parallel` loop gives the team's
 peak. The machine is shared: medians over rounds, and the ratios in one run, are what to
 compare.
 """
@@ -36,16 +36,18 @@ HOST = Target.host()
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-PEAK_KERNEL = """kernel @fma_peak(%c: f32[2,16], %out: f32[{threads},12,16]) {{
-  local %acc: f32[12,16]
+PEAK_KERNEL = """kernel @fma_peak(%c: f32[2,{lanes}], %out: f32[{threads},{chains},{lanes}]) {{
+  local %acc: f32[{chains},{lanes}]
   for %t = 0 to {threads} parallel {{
-    for %i = 0 to 12 unrolled {{ for %j = 0 to 16 vectorized {{ %acc[%i, %j] = %c[0, %j] }} }}
+    for %i = 0 to {chains} unrolled {{ for %j = 0 to {lanes} vectorized {{
+      %acc[%i, %j] = %c[0, %j]
+    }} }}
     for %r = 0 to {rounds} {{
-      for %i2 = 0 to 12 unrolled {{ for %j2 = 0 to 16 vectorized {{
+      for %i2 = 0 to {chains} unrolled {{ for %j2 = 0 to {lanes} vectorized {{
         %acc[%i2, %j2] = fma(%acc[%i2, %j2], %c[0, %j2], %c[1, %j2])
       }} }}
     }}
-    for %i3 = 0 to 12 unrolled {{ for %j3 = 0 to 16 vectorized {{
+    for %i3 = 0 to {chains} unrolled {{ for %j3 = 0 to {lanes} vectorized {{
       %out[%t, %i3, %j3] = %acc[%i3, %j3]
     }} }}
   }}
@@ -53,27 +55,31 @@ PEAK_KERNEL = """kernel @fma_peak(%c: f32[2,16], %out: f32[{threads},12,16]) {{
 
 
 def fma_peak(threads: int, rounds: int = 2_000_000, repeat: int = 7) -> float:
-    """GFLOP/s of `threads` threads each running 12 chains of 16-lane FMAs (best of
-    `repeat`)."""
+    """GFLOP/s of `threads` threads each running independent chains of one-vector FMAs
+    (best of `repeat`)."""
     import numpy as np
 
     from ember.codegen import cpu
     from ember.codegen.llvm import kernel_module
+    from ember.dtypes import DType
     from ember.loops.text import parse_kernel
     from ember.loops.verify import verify_kernel
+    from ember.target import probe_chains
 
-    kernel = verify_kernel(parse_kernel(PEAK_KERNEL.format(threads=threads, rounds=rounds)))
+    lanes, chains = HOST.lanes(DType.f32), probe_chains(HOST.vector_registers)
+    kernel = verify_kernel(parse_kernel(PEAK_KERNEL.format(
+        threads=threads, rounds=rounds, lanes=lanes, chains=chains)))
     jit = cpu.compile_module(kernel_module([kernel], name="peak"), target=HOST)
     jit.set_num_threads("peak", threads)
     run = jit.kernel("fma_peak", 2)
-    c = np.stack([np.full(16, 0.999, np.float32), np.full(16, 0.001, np.float32)])
-    out = np.zeros((threads, 12, 16), np.float32)
+    c = np.stack([np.full(lanes, 0.999, np.float32), np.full(lanes, 0.001, np.float32)])
+    out = np.zeros((threads, chains, lanes), np.float32)
     best = float("inf")
     for _ in range(repeat):
         start = time.perf_counter()
         run(c.ctypes.data, out.ctypes.data)
         best = min(best, time.perf_counter() - start)
-    return 2 * 12 * 16 * rounds * threads / best / 1e9
+    return 2 * chains * lanes * rounds * threads / best / 1e9
 
 
 def shape_of(size: str) -> tuple[int, int, int]:
@@ -126,7 +132,7 @@ def table(results: list[dict], repeat: int) -> str:
 
     lines = [f"### {datetime.date.today()}: sgemm, Ember vs torch.matmul (median of {repeat}"
              " rounds; best in brackets)", "", f"Machine: {machine()}.", "",
-             "FMA peak (an Ember kernel of independent 16-lane FMAs, this run): "
+             f"FMA peak (an Ember kernel of independent {HOST.vector_bits}-bit FMAs, this run): "
              + ", ".join(f"{r['peak']:.1f} GFLOP/s on {r['threads']} thread(s)"
                          for r in results) + ".", "",
              "| n (or M x K x N) | threads | Ember GFLOP/s | of peak | torch GFLOP/s | of peak |"

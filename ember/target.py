@@ -234,7 +234,7 @@ def _host() -> Target:
     near = nearest_preset(triple, features)
     fma_latency = near.fma_latency if near else 4
     cpu = llvm.get_host_cpu_name()
-    fma_units = _fma_units(triple, cpu, features, bits, fma_latency,
+    fma_units = _fma_units(triple, cpu, features, bits, registers, fma_latency,
                            near.fma_units if near and near.vector_bits == bits else 1)
     data = _data_caches()
     caches = {level: size for level, (size, _) in data.items()}
@@ -249,12 +249,20 @@ def _host() -> Target:
 
 
 # The probe's FMAs per loop iteration: one chain of this many, or this many chains of one
-# (enough chains to keep four FMA units of latency four busy).
+# (enough chains to keep four FMA units of latency four busy), fewer where the vector
+# registers cannot hold them all and the constant (spilled accumulators measure the
+# stack, not the FMA units: 16 chains on AVX2's 16 registers read as one unit on Zen 3).
 _PROBE_CHAINS = 16
 
 
-def _fma_units(triple: str, cpu: str, features: set[str], bits: int, latency: int,
-               fallback: int) -> int:
+def probe_chains(registers: int) -> int:
+    """The independent FMA chains the probe runs on a machine with `registers` vector
+    registers: all in registers, with one left for the constant and one spare."""
+    return max(2, min(_PROBE_CHAINS, registers - 2))
+
+
+def _fma_units(triple: str, cpu: str, features: set[str], bits: int, registers: int,
+               latency: int, fallback: int) -> int:
     """The host's vector FMA units, which its features do not tell (a Xeon has one or two
     512-bit units by model; Zen 4 one): FMAs in flight, measured, over the latency.
     Measured once per machine and kept in the cache folder, so that every process (and so
@@ -263,7 +271,8 @@ def _fma_units(triple: str, cpu: str, features: set[str], bits: int, latency: in
 
     from ember.util.files import cache_dir, write_atomically
 
-    key = [triple, cpu, bits, sorted(features)]
+    chains = probe_chains(registers)
+    key = [triple, cpu, bits, sorted(features), chains]
     path = cache_dir() / "host-target.json"
     try:
         saved = json.loads(path.read_text())
@@ -272,7 +281,7 @@ def _fma_units(triple: str, cpu: str, features: set[str], bits: int, latency: in
     except (OSError, ValueError, TypeError, KeyError):
         pass
     try:
-        in_flight = _fma_in_flight(triple, bits)
+        in_flight = _fma_in_flight(triple, bits, chains)
     except Exception:  # noqa: BLE001  (no JIT here: what the features suggest)
         return fallback
     units = max(1, round(in_flight / latency))
@@ -284,9 +293,10 @@ def _fma_units(triple: str, cpu: str, features: set[str], bits: int, latency: in
     return units
 
 
-def _fma_in_flight(triple: str, bits: int) -> float:
+def _fma_in_flight(triple: str, bits: int, chains: int) -> float:
     """The vector FMAs the host runs at once: the time per FMA of one dependent chain over
-    that of _PROBE_CHAINS independent ones (units x latency; the clock cancels)."""
+    that of `chains` independent ones (units x latency, up to `chains`; the clock
+    cancels)."""
     import ctypes
     import time
 
@@ -295,26 +305,37 @@ def _fma_in_flight(triple: str, bits: int) -> float:
 
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
-    module = ir.Module("fma_probe")
-    module.triple = triple
-    for name, chains in (("chain", 1), ("wide", _PROBE_CHAINS)):
-        fma_loop(module, name, bits // 32, chains, _PROBE_CHAINS // chains)
     machine = llvm.Target.from_triple(triple).create_target_machine(
         cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=2)
-    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(str(module)), machine)
+    engine = llvm.create_mcjit_compiler(
+        llvm.parse_assembly(str(fma_probe_module(triple, bits, chains))), machine)
     engine.finalize_object()
     kind = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64)
 
     runs = {name: kind(engine.get_function_address(name)) for name in ("chain", "wide")}
+    # Each run about half a millisecond: long enough that the call and the timer vanish
+    # (the wide loop, with `chains` times the throughput, runs that many times as long).
+    iterations = {"chain": 10_000, "wide": 10_000 * chains // 2}
     best = dict.fromkeys(runs, float("inf"))
-    iterations = 10_000  # 160,000 FMAs a run: about half a millisecond as one chain
-    runs["chain"](iterations)  # the clock up to speed
-    for _ in range(15):  # interleaved, best of each: what a quiet core does
+    runs["chain"](iterations["chain"])  # the clock up to speed
+    for _ in range(30):  # interleaved, best of each: what a quiet core does
         for name, run in runs.items():
             begin = time.perf_counter()
-            run(iterations)
-            best[name] = min(best[name], time.perf_counter() - begin)
+            run(iterations[name])
+            best[name] = min(best[name], (time.perf_counter() - begin) / iterations[name])
     return best["chain"] / best["wide"]
+
+
+def fma_probe_module(triple: str, bits: int, chains: int):
+    """The probe's llvmlite module: `chain` (one chain `chains` FMAs deep) and `wide`
+    (`chains` independent chains of one), the same FMAs an iteration."""
+    from llvmlite import ir
+
+    module = ir.Module("fma_probe")
+    module.triple = triple
+    for name, count in (("chain", 1), ("wide", chains)):
+        fma_loop(module, name, bits // 32, count, chains // count)
+    return module
 
 
 def fma_loop(module, name: str, lanes: int, chains: int, depth: int) -> None:

@@ -71,9 +71,32 @@ def test_fma_probe_sees_pipelined_units() -> None:
     from ember import target as target_module
 
     host = Target.host()
-    in_flight = target_module._fma_in_flight(host.triple, host.vector_bits)
+    chains = target_module.probe_chains(host.vector_registers)
+    in_flight = target_module._fma_in_flight(host.triple, host.vector_bits, chains)
     assert in_flight > 2
     assert 1 <= host.fma_units <= 4
+
+
+@pytest.mark.parametrize("name", ["znver3", "znver4", "sapphirerapids", "neoverse-n1"])
+def test_fma_probe_keeps_its_chains_in_registers(name) -> None:
+    """The probe's independent chains fit the vector registers with the constant: a
+    spilled accumulator would time the stack (16 chains on AVX2's 16 registers measured
+    one FMA unit on a Zen 3, which has two)."""
+    import llvmlite.binding as llvm
+
+    from ember import target as target_module
+
+    target = Target.named(name)
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    chains = target_module.probe_chains(target.vector_registers)
+    module = target_module.fma_probe_module(target.triple, target.vector_bits, chains)
+    machine = llvm.Target.from_triple(target.triple).create_target_machine(
+        cpu=target.cpu, features=",".join(f"+{f}" for f in target.features), opt=2)
+    asm = machine.emit_assembly(llvm.parse_assembly(str(module)))
+    stack = "sp]" if target.arch == "aarch64" else "(%rsp)"
+    assert stack not in asm
+    assert chains >= target.fma_units * target.fma_latency  # it can see every unit
 
 
 def test_fma_units_are_measured_once_per_machine(tmp_path, monkeypatch) -> None:
@@ -84,20 +107,21 @@ def test_fma_units_are_measured_once_per_machine(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
     calls = []
     monkeypatch.setattr(target_module, "_fma_in_flight",
-                        lambda triple, bits: calls.append(bits) or 8.2)
+                        lambda triple, bits, chains: calls.append(bits) or 8.2)
     features = {"avx2", "fma"}
-    assert target_module._fma_units("x86_64-unknown-linux-gnu", "cpu", features, 256, 4, 1) == 2
-    assert target_module._fma_units("x86_64-unknown-linux-gnu", "cpu", features, 256, 4, 1) == 2
+    triple = "x86_64-unknown-linux-gnu"
+    assert target_module._fma_units(triple, "cpu", features, 256, 16, 4, 1) == 2
+    assert target_module._fma_units(triple, "cpu", features, 256, 16, 4, 1) == 2
     assert calls == [256]
-    assert target_module._fma_units("x86_64-unknown-linux-gnu", "cpu", features, 512, 4, 1) == 2
+    assert target_module._fma_units(triple, "cpu", features, 512, 32, 4, 1) == 2
     assert calls == [256, 512]
 
-    def no_jit(triple, bits):
+    def no_jit(triple, bits, chains):
         raise RuntimeError("no JIT here")
 
     monkeypatch.setattr(target_module, "_fma_in_flight", no_jit)
     (tmp_path / "host-target.json").unlink()
-    assert target_module._fma_units("x86_64-unknown-linux-gnu", "cpu", features, 256, 4, 3) == 3
+    assert target_module._fma_units(triple, "cpu", features, 256, 16, 4, 3) == 3
 
 
 # -- presets -------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """This machine's limits, measured: the FMA peak and the copy bandwidth, the two roofs of
 explain's roofline.
 
-- **Peak**: a generated loop of independent vector FMAs (12 accumulators of the widest
-  vector the host has, enough to hide the FMA latency), timed on one thread; the parallel
+- **Peak**: a generated loop of independent vector FMAs (as many accumulators of the
+  widest vector the host has as its registers hold: enough to hide the FMA latency),
+  timed on one thread; the parallel
   peak is that times the thread count (EMBER_NUM_THREADS or the cores).
 - **Bandwidth**: a compiled copy of 64 MiB into a preallocated buffer (read + write), on
   the thread team that compiled code uses.
@@ -22,7 +23,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ember.dtypes import DType
-from ember.target import Target, fma_loop
+from ember.target import Target, fma_loop, probe_chains
 from ember.util.files import write_atomically
 
 
@@ -44,9 +45,9 @@ def _fma_peak(target: Target) -> float:
 
     from ember.codegen.cpu import compile_module
 
-    lanes = target.lanes(DType.f32)
+    lanes, chains = target.lanes(DType.f32), probe_chains(target.vector_registers)
     module = ir.Module("peak")
-    fma_loop(module, "ember_fma_peak", lanes, chains=12, depth=1)
+    fma_loop(module, "ember_fma_peak", lanes, chains=chains, depth=1)
     jit = compile_module(module, target)
     run = jit.function("ember_fma_peak", ctypes.c_float, ctypes.c_int64)
     iterations = 2_000_000
@@ -56,7 +57,7 @@ def _fma_peak(target: Target) -> float:
         start = time.perf_counter()
         run(iterations)
         best = min(best, time.perf_counter() - start)
-    return 2 * 12 * lanes * iterations / best / 1e9
+    return 2 * chains * lanes * iterations / best / 1e9
 
 
 # A copy of `n` f32s in one parallel loop, written as loop IR: what lowering and the
