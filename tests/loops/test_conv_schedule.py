@@ -26,6 +26,8 @@ from ember.loops.schedule import schedule_program
 from ember.target import Target
 
 HOST = Target.host()
+# The tiles these tests name are AVX-512's (16 f32 lanes, 32 registers, two FMA units).
+SPR = Target.named("sapphirerapids")
 
 RNG = np.random.default_rng(11)
 CPU = ember.Config(executor="cpu", disk_cache=False)
@@ -238,11 +240,12 @@ def test_pointwise_conv_panels_are_contiguous_loads() -> None:
 def test_short_pointwise_panels_are_read_in_place(out_channels: int, copied: bool) -> None:
     """A 1x1 conv at stride 1 whose panels are short (32 channels: K x 32 floats, 4 KiB)
     reads them from x in place when few row tiles read each (MobileNetV2's 1x1 convs to
-    16-64 channels), and copies them for many (128 channels: 16 tiles of 8 or 22 of 6).
+    16-64 channels), and copies them for many (128 channels: 16 tiles of 8 or 22 of 6, on
+    Sapphire Rapids' tiles).
     Values match torch, the partial last panel (400 positions) included."""
     graph = conv_graph((1, 32, 20, 20), (out_channels, 32, 1, 1), True, (1, 1),
                        (0, 0, 0, 0), (1, 1))
-    (kernel,) = schedule_program(lower_graph(graph, HOST), HOST).kernels
+    (kernel,) = schedule_program(lower_graph(graph, SPR), SPR).kernels
     assert any(len(b.shape) == 3 for b in kernel.locals) == copied  # the packed B block
     x, w, bias = data(1, 32, 20, 20), data(out_channels, 32, 1, 1), data(out_channels)
     got = ember.compile(graph, config=CPU)(x, w, bias)[0]
@@ -313,14 +316,14 @@ def test_depthwise_strided_plane_copies_are_strided_loads(stride: int) -> None:
                                                   (14, 14, 7), (7, 7, 1), (9, 20, 6)])
 def test_depthwise_sums_a_group_of_output_vectors_at_once(height: int, width: int,
                                                           chains: int) -> None:
-    """Rows first, then blocks of 16 columns, up to 8 accumulators a group (rows of an odd
-    width keep one): the accumulator local holds a vector per chain, and every grouping
-    computes the conv."""
+    """Rows first, then blocks of 16 columns (on 16 lanes), up to 8 accumulators a group
+    (rows of an odd width keep one): the accumulator local holds a vector per chain, and
+    every grouping computes the conv (on the host)."""
     b = Builder("dw")
     b.output(b.conv(b.input("x", "f32", (1, 3, height, width)),
                     b.input("w", "f32", (3, 1, 3, 3)), pads=(1, 1, 1, 1), groups=3))
     graph = b.build()
-    (kernel,) = schedule_program(lower_graph(graph, target=HOST), HOST).kernels
+    (kernel,) = schedule_program(lower_graph(graph, target=SPR), SPR).kernels
     assert kernel.locals[1].shape == (chains, min(16, width))
     x, w = data(1, 3, height, width), data(3, 1, 3, 3)
     got = ember.compile(graph, config=CPU)(x, w)[0]

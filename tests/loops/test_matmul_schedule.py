@@ -135,7 +135,7 @@ def test_schedule_after(schedule) -> None:
 def test_one_tile_reads_b_in_place() -> None:
     # A vector times a matrix: no packed B; the last panel (past N) reads B's last column.
     kernel = kernel_of(matmul_graph((17,), (17, 40)))
-    nr = gemm.matrix_tile(HOST, cols=40).nr  # the host's default tile width at N = 40
+    nr = gemm.default_tile(1, False, 40, HOST).nr  # the host's default tile width at N = 40
     assert [b.shape for b in kernel.locals] == [(), (1, nr)]
     text = print_kernel(kernel)
     assert "if le(add(mul(%jr" in text and "%x1[%k" in text and ", 39)]" in text
@@ -369,12 +369,12 @@ def test_unrolled_loop_is_copied() -> None:
 
 
 def test_matrix_vector_takes_wide_tiles() -> None:
-    """One row: 64 columns per tile (four independent accumulators per k), values right
-    for a width that is not a multiple of the tile."""
+    """One row: matvec_width columns per tile (64 on AVX-512: four independent
+    accumulators per k), values right for a width that is not a multiple of the tile."""
     from ember.loops.cost import schedule_summary
 
     kernel = kernel_of(matmul_graph((1, 96), (96, 200)))
-    assert "vectorized 64" in schedule_summary(kernel)
+    assert f"vectorized {gemm.matvec_width(HOST)}" in schedule_summary(kernel)
     check_compiled((1, 96), (96, 200))
 
 

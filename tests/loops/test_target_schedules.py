@@ -29,6 +29,7 @@ from ember.loops.schedules.gemm import (
     register_tile,
     tile_rows,
     tile_vectors,
+    whole_vectors,
 )
 from ember.target import Target
 
@@ -215,13 +216,13 @@ def test_elementwise_compiled_for_synthetic_target_matches_numpy(target) -> None
 # fit; tile_rows picks a matmul's rows up to these).
 # conv_tile: CONV_COLUMNS (16) f32 across; rows = (registers - vectors - 1) // vectors,
 # at most 8. matvec_width: MAX 256 bytes of f32 across, at most (registers - 2) // 2 vectors
-# (two rows of accumulators and their broadcasts).
+# (two rows of accumulators and their broadcasts), a power of two of them.
 PRESET_TILES = {
     # 8 lanes, 16 registers, 2 FMA x 4: no width asks one load a cycle or less (2 vectors:
     # 6 rows, 8 loads per 6 cycles; 4 vectors: 2 rows, 6 per 4), 2 is the fewest loads;
     # conv: 16 columns = 2 vectors, same 6 rows; matvec: 8 vectors of 256 bytes but only
-    # (16 - 2) // 2 = 7 fit, 56 columns.
-    "znver3": ((6, 16), (6, 16), 56),
+    # (16 - 2) // 2 = 7 fit, and 4 is the power of two below: 32 columns.
+    "znver3": ((6, 16), (6, 16), 32),
     # 16 lanes, 32 registers, 1 FMA x 4: 2 vectors (16 loads per 28 cycles), (32 - 3) // 2
     # = 14 rows; conv: 16 columns = 1 vector, 30 rows cut to 8; matvec: 256 bytes =
     # 4 vectors.
@@ -231,10 +232,10 @@ PRESET_TILES = {
     "sapphirerapids": ((6, 64), (8, 16), 64),
     # 4 lanes, 32 registers, 2 FMA x 4: 4 vectors of 6 rows, as sapphirerapids; conv:
     # 16 columns = 4 vectors, (32 - 4 - 1) // 4 = 6 rows (24 + 4 + 1 = 29 registers);
-    # matvec: 256 bytes = 16 vectors, (32 - 2) // 2 = 15 fit, 60 columns.
-    "neoverse-n1": ((6, 16), (6, 16), 60),
+    # matvec: 256 bytes = 16 vectors, (32 - 2) // 2 = 15 fit, 8 of them: 32 columns.
+    "neoverse-n1": ((6, 16), (6, 16), 32),
     # 4 lanes, 32 registers, 1 FMA x 4: 2 vectors of 14 rows, as znver4.
-    "aarch64-linux-gnu": ((14, 8), (6, 16), 60),
+    "aarch64-linux-gnu": ((14, 8), (6, 16), 32),
 }
 
 
@@ -256,7 +257,7 @@ def test_preset_conv_and_matvec_tiles_fit_the_registers(name) -> None:
     assert nr % lanes == 0 and mr * (nr // lanes) + nr // lanes + 1 <= target.vector_registers
     width = matvec_width(target)
     assert width % lanes == 0 and 2 * (width // lanes) + 2 <= target.vector_registers
-    assert width * 4 <= 256
+    assert width * 4 <= 256 and whole_vectors(width, lanes)
     assert default_tile(1, False, 4 * width, target).nr == width
 
 

@@ -151,7 +151,12 @@ def _conv_reference(x, w, bias=None, *, strides, pads, dilations, groups):
     view = view.reshape(n, g, c // g, *out, *kernel)
     perm = (1, 0, *range(3, 3 + nd), 2, *range(3 + nd, 3 + 2 * nd))
     cols = view.transpose(perm).reshape(g, n * math.prod(out), -1)
-    y = cols @ w.reshape(g, m // g, -1).transpose(0, 2, 1)
+    # f32 sums in f64, rounded once: BLAS sums output channels in an order of its own
+    # (an edge kernel for the last ones), so channels of equal weights could round apart
+    # (light_squeezenet's logits tie in exact arithmetic; AVX2 OpenBLAS split off 40).
+    wide = np.float64 if x.dtype == np.float32 else x.dtype
+    y = (cols.astype(wide) @ w.reshape(g, m // g, -1).transpose(0, 2, 1).astype(wide)
+         ).astype(x.dtype)
     y = y.reshape(g, n, math.prod(out), m // g).transpose(1, 0, 3, 2).reshape(n, m, *out)
     if bias is not None:
         y = y + bias.reshape(m, *(1,) * nd)

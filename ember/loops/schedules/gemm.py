@@ -289,10 +289,11 @@ MATVEC_ROW_BYTES = 256
 
 def matvec_width(target: Target) -> int:
     """The columns of a matrix-vector product's tile: MATVEC_ROW_BYTES of f32, as far as
-    the vector registers hold two rows' accumulators and broadcasts."""
+    the vector registers hold two rows' accumulators and broadcasts, in a power of two of
+    vectors (`whole_vectors`: 7 vectors fit 16 registers, and would go through the stack)."""
     lanes = target.lanes(F32)
-    vectors = min(MATVEC_ROW_BYTES // (4 * lanes), (target.vector_registers - 2) // 2)
-    return lanes * max(1, vectors)
+    vectors = max(1, min(MATVEC_ROW_BYTES // (4 * lanes), (target.vector_registers - 2) // 2))
+    return lanes * 2 ** (vectors.bit_length() - 1)
 
 
 def matrix_vector(rows: int, batched: bool) -> bool:
