@@ -12,9 +12,9 @@ matmul, called with `out=` preallocated) and torch.matmul with `out=`, timed int
 
 The FMA peak is an Ember kernel: independent accumulators of one vector of f32 lanes each
 (`vectorized`, `unrolled` loops and `fma`: vector FMAs with no memory operand, as many
-chains as the registers hold beside the constant, which hides the FMA latency), repeated; one such loop per thread of a `parallel` loop gives the team's
-peak. The machine is shared: medians over rounds, and the ratios in one run, are what to
-compare.
+chains as the registers hold beside the constant, which hides the FMA latency),
+repeated; one such loop per thread of a `parallel` loop gives the team's peak. The
+machine is shared: medians over rounds, and the ratios in one run, are what to compare.
 """
 
 from __future__ import annotations

@@ -301,7 +301,6 @@ def _fma_in_flight(triple: str, bits: int, chains: int) -> float:
     import time
 
     import llvmlite.binding as llvm
-    from llvmlite import ir
 
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
