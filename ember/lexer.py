@@ -1,8 +1,9 @@
 """The tokenizer shared by the text forms of every IR level.
 
-Tokens: `%name` values, `@name` symbols, identifiers (which may contain dots:
-`graph.add`), numbers (`-3`, `1.5e-05`, `inf`, `-inf`, `nan`), double-quoted strings
-with JSON escapes, and punctuation. `//` starts a comment to the end of the line.
+Tokens: `%name` values, `@name` symbols, `?name` sizes (symbolic dims), identifiers
+(which may contain dots: `graph.add`), numbers (`-3`, `1.5e-05`, `inf`, `-inf`, `nan`),
+double-quoted strings with JSON escapes, and punctuation. `//` starts a comment to the
+end of the line.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ _TOKEN = re.compile(
     (?P<space>[ \t\r\n]+|//[^\n]*)
   | (?P<value>%[A-Za-z0-9_.$]+)
   | (?P<symbol>@[A-Za-z0-9_.$]+)
+  | (?P<dim>\?[A-Za-z_][A-Za-z0-9_]*)
   | (?P<number>-?(?:\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+|\d+|inf\b|nan\b))
   | (?P<ident>[A-Za-z_][A-Za-z0-9_.$]*)
   | (?P<string>"(?:[^"\\\n]|\\.)*")
-  | (?P<punct>->|[=:,()\[\]{}<>^])
+  | (?P<punct>->|[=:,()\[\]{}<>^+*-])
     """,
     re.VERBOSE,
 )
@@ -29,7 +31,7 @@ _TOKEN = re.compile(
 
 @dataclass(frozen=True, slots=True)
 class Token:
-    kind: str  # value, symbol, number, ident, string, punct, eof
+    kind: str  # value, symbol, dim, number, ident, string, punct, eof
     text: str
     line: int
     column: int

@@ -25,19 +25,25 @@ from ember.graph.ir import Graph
 
 
 def compile(obj: Any, example_inputs: Any = None, *, config: Config | None = None,
-            strict: bool = False, tune: bool | None = None) -> Any:
+            strict: bool = False, tune: bool | None = None, dynamic: Any = None) -> Any:
     """Compile a torch.nn.Module, an ONNX model (ModelProto, path or bytes) or a Graph.
-    `tune=True` searches matmul schedules on this machine (see Config.tune)."""
+    `tune=True` searches matmul schedules on this machine (see Config.tune). `dynamic`
+    (a module): the input sizes that may change from call to call, captured once as
+    symbols: True for every dim, or per input `{"x": {0: "batch"}}`
+    (ember/frontends/torch/export.py, `dynamic_shapes`)."""
     config = config or Config()
     if tune is not None:
         config = dataclasses.replace(config, tune=tune)
     config = resolve(config)  # the target, once: every stage and cache key sees it
+    if dynamic is not None and not is_torch_module(obj):
+        raise EmberError("dynamic= applies to a torch.nn.Module; a graph's sizes are"
+                         " symbolic in its types (f32[?b,128])")
     if isinstance(obj, Graph):
         return CompiledGraph(obj, config)
     if is_torch_module(obj):
         from ember.api.torch_module import CompiledModule
 
-        compiled = CompiledModule(obj, config, strict)
+        compiled = CompiledModule(obj, config, strict, dynamic)
         if example_inputs is not None:
             args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
             compiled.specialize(args, {})

@@ -7,8 +7,10 @@ naming the ops; `counters` shows how many graphs and ops fell back. With
 `options={"strict": True}` an unsupported op raises UnsupportedOpError instead;
 `options={"executor": "interp"}` runs the reference interpreter instead of compiled code
 (default: `Config()`: compiled, unless EMBER_BACKEND says otherwise). A graph with
-symbolic sizes (Dynamo's answer to a shape change, `dynamic=True`, `mark_dynamic`) runs
-specialized on each call's sizes (`_Specializing`).
+symbolic sizes (Dynamo's answer to a shape change, `dynamic=True`, `mark_dynamic`) is
+imported once with Ember's symbolic sizes and compiled per binding of them
+(`_SymbolicSizes`); one that Ember cannot keep symbolic is traced again per call's sizes
+(`_Specializing`).
 """
 
 from __future__ import annotations
@@ -23,19 +25,29 @@ from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 
 from ember.api.torch_fallback import partition
-from ember.api.torch_runner import GraphRunner
+from ember.api.torch_runner import GraphRunner, SymbolicGraphRunner
 from ember.config import Config
-from ember.errors import UnsupportedOpError
-from ember.frontends.torch.fx_importer import describe_unsupported, import_fx, unsupported_nodes
+from ember.errors import EmberError, UnsupportedOpError
+from ember.frontends.torch.context import to_dim
+from ember.frontends.torch.fx_importer import (
+    describe_unsupported,
+    import_fx,
+    import_fx_with_sizes,
+    unsupported_nodes,
+)
+from ember.graph.bind import bind_sizes, graph_symbols
+from ember.graph.symbolic import evaluate, symbols_in
 
-# graphs: graphs compiled; fallback_graphs: those with eager parts; fallback_ops: op counts
+# graphs: graphs Dynamo handed over; dynamic_graphs: those with symbolic sizes, and
+# symbolic_graphs: those imported with them (the rest are traced per size); specializations
+# and evictions: code compiled per size, and dropped; fallback_graphs: graphs with eager
+# parts; fallback_ops: op counts
 counters: Counter = Counter()
 _warned: set[str] = set()
 
 
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], strict: bool,
                    config: Config) -> Callable[..., Any]:
-    counters["graphs"] += 1
     missing = unsupported_nodes(gm)
     if not missing:
         return GraphRunner(import_fx(gm, name="dynamo"), config=config)
@@ -64,8 +76,12 @@ def backend_with(config: Config, strict: bool = False) -> Callable[..., Any]:
     """A torch.compile backend that compiles with `config`."""
 
     def compile_forward(fx_module: torch.fx.GraphModule, inputs: Sequence[Any]):
+        counters["graphs"] += 1
         if _symbolic(fx_module):
             counters["dynamic_graphs"] += 1
+            symbolic = _SymbolicSizes.of(fx_module, config)
+            if symbolic is not None:
+                return _boxed(symbolic)
             return _boxed(_Specializing(fx_module, strict, config))
         compiled = _compile_graph(fx_module, inputs, strict, config)
         return _boxed(compiled)
@@ -87,15 +103,69 @@ def _symbolic(gm: torch.fx.GraphModule) -> bool:
     return False
 
 
-# The most shapes one symbolic graph keeps compiled code for (then the oldest goes).
-MAX_SPECIALIZATIONS = 8
+class _SymbolicSizes:
+    """A graph with symbolic sizes imported once, with them as Ember's symbols: each call
+    binds them to its tensors' shapes and runs the code compiled for those sizes (made at
+    the first call that binds them; counted in `counters["specializations"]`). Dynamo's
+    SymInt inputs are dropped (their values are sizes of the tensors), and the sizes the
+    graph returns are computed from the binding."""
+
+    def __init__(self, graph: Any, tensor_positions: list[int], sizes: dict[int, Any],
+                 outputs: int, config: Config):
+        self.tensor_positions = tensor_positions
+        self.sizes = sizes
+        self.outputs = outputs
+        self.runner = SymbolicGraphRunner(graph, config=config)
+        self.graph = graph
+
+    @staticmethod
+    def of(gm: torch.fx.GraphModule, config: Config) -> _SymbolicSizes | None:
+        """The symbolic runner of `gm`, or None when Ember cannot keep its sizes symbolic
+        (a size input that no tensor's shape gives, an op that needs a size as a number,
+        an op Ember does not support): then the graph is specialized per call."""
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        tensors = [i for i, n in enumerate(placeholders)
+                   if isinstance(n.meta.get("val"), torch.Tensor)]
+        if any(not isinstance(n.meta.get("val"), (torch.Tensor, torch.SymInt))
+               for n in placeholders):
+            return None
+        try:
+            graph, sizes = import_fx_with_sizes(gm, name="dynamo")
+        except EmberError:
+            return None
+        given = graph_symbols(graph)
+        for node in placeholders:
+            if isinstance(node.meta["val"], torch.SymInt) and not \
+                    symbols_in(to_dim(node.meta["val"])) <= given:
+                return None  # a size that no tensor input's shape gives
+        if any(symbols_in(d) - given for d in sizes.values()):
+            return None
+        output = next(n for n in gm.graph.nodes if n.op == "output")
+        count = len(torch.utils._pytree.tree_leaves(output.args[0]))
+        counters["symbolic_graphs"] += 1
+        return _SymbolicSizes(graph, tensors, sizes, count, config)
+
+    def __call__(self, *args: Any) -> Any:
+        tensors = [args[i] for i in self.tensor_positions]
+        shapes = [tuple(t.shape) for t in tensors]
+        sizes = self.runner.sizes
+        before = (sizes.compilations, sizes.evictions)
+        results = self.runner(*tensors)
+        counters["specializations"] += sizes.compilations - before[0]
+        counters["evictions"] += sizes.evictions - before[1]
+        if not self.sizes:
+            return results
+        env = bind_sizes(self.graph, shapes)
+        values = iter(results)
+        return [evaluate(self.sizes[k], env) if k in self.sizes else next(values)
+                for k in range(self.outputs)]
 
 
 class _Specializing:
     """A graph with symbolic sizes, run by specializing it on each call's sizes: the
     graph is traced again with the call's tensors (its SymInt inputs as the call's ints),
     which gives static shapes, and compiled; later calls with the same sizes reuse that.
-    Compiled code per size, at most MAX_SPECIALIZATIONS of them (counted in `counters`:
+    Compiled code per size, at most Config.max_specializations of them (counted in `counters`:
     "specializations", "evictions"). Symbolic shapes in Ember's IR are issue 22's."""
 
     def __init__(self, gm: torch.fx.GraphModule, strict: bool, config: Config):
@@ -110,7 +180,7 @@ class _Specializing:
         if entry is None:
             entry = self.specialize(args)
             self.compiled[key] = entry
-            if len(self.compiled) > MAX_SPECIALIZATIONS:
+            if len(self.compiled) > self.config.max_specializations:
                 self.compiled.popitem(last=False)
                 counters["evictions"] += 1
         else:

@@ -6,7 +6,10 @@ before loads its code from the disk cache by its fingerprint, without being trac
 Ember does not support run in eager PyTorch (with a warning) unless `strict=True`. A
 module that torch.export cannot capture but that runs on the inputs (its output holds a
 transformers `DynamicCache`) is compiled through torch.compile with the ember backend
-instead, with one warning.
+instead, with one warning. With `dynamic=` the module is captured once with those sizes
+symbolic, and every signature that binds them shares that capture (compiled code per
+binding); a model whose sizes Ember cannot keep symbolic is captured per signature, with
+one warning.
 """
 
 from __future__ import annotations
@@ -18,21 +21,24 @@ from typing import Any
 import torch
 
 from ember.api.torch_fallback import FallbackRunner
-from ember.api.torch_runner import GraphRunner
+from ember.api.torch_runner import GraphRunner, graph_runner
 from ember.config import Config
 from ember.driver.pipeline import load_cached
 from ember.errors import EmberError, UnsupportedOpError
 from ember.frontends.torch import export  # by module: tests count its capture_program calls
 from ember.frontends.torch.fingerprint import load_entry, module_fingerprint, store_entry
+from ember.graph.symbolic import SymbolicShapeError
 
 
 class CompiledModule:
     """An nn.Module compiled per input signature; called like the module."""
 
-    def __init__(self, module: Any, config: Config, strict: bool):
+    def __init__(self, module: Any, config: Config, strict: bool, dynamic: Any = None):
         self.module = module
         self.config = config
         self.strict = strict
+        self.dynamic = dynamic
+        self._symbolic_failed = False  # a symbolic capture failed: specialize instead
         self.cache: OrderedDict[tuple, Any] = OrderedDict()
         self.compilations = 0
         # The runner of the latest call that passed tensors only, positionally: the next
@@ -54,8 +60,10 @@ class CompiledModule:
         if key in self.cache:
             self.cache.move_to_end(key)
             return self.cache[key]
-        runner = self._build(args, kwargs)
-        self.compilations += 1
+        runner = self._symbolic_runner_for(args, kwargs)
+        if runner is None:
+            runner = self._build(args, kwargs)
+            self.compilations += 1
         self.cache[key] = runner
         while len(self.cache) > self.config.max_specializations:
             _, evicted = self.cache.popitem(last=False)
@@ -63,7 +71,31 @@ class CompiledModule:
                 self._latest_plain = None
         return runner
 
+    def _symbolic_runner_for(self, args: tuple, kwargs: dict) -> Any:
+        """A runner captured with symbolic sizes (`dynamic=`) that takes these inputs: the
+        new signature shares it, with no new capture."""
+        if self.dynamic is None or self._symbolic_failed:
+            return None
+        structure = torch.utils._pytree.tree_structure((args, kwargs))
+        for runner in dict.fromkeys(self.cache.values()):
+            if isinstance(runner, _ModuleRunner) and runner.takes(structure, args, kwargs):
+                return runner
+        return None
+
     def _build(self, args: tuple, kwargs: dict) -> Any:
+        if self.dynamic is not None and not self._symbolic_failed:
+            try:
+                return self._build_symbolic(args, kwargs)
+            except UnsupportedOpError:
+                raise
+            except EmberError as e:
+                if not self._runs_eagerly(args, kwargs):
+                    raise
+                # A size that Ember cannot keep symbolic (an op that needs its value, a
+                # bound it cannot decide): every signature gets a capture of its own.
+                self._symbolic_failed = True
+                warnings.warn(f"ember: {type(self.module).__name__} is compiled per input"
+                              f" shape, not for symbolic sizes: {e}", stacklevel=3)
         fingerprint = self._fingerprint(args, kwargs)
         if fingerprint is not None and (warm := self._warm(fingerprint)) is not None:
             return warm
@@ -93,6 +125,17 @@ class CompiledModule:
         warnings.warn(f"ember: {type(self.module).__name__} runs {runner.describe()} in eager"
                       " PyTorch", stacklevel=3)
         return _ModuleRunner(runner, spec)
+
+    def _build_symbolic(self, args: tuple, kwargs: dict) -> Any:
+        """The runner of the module captured with the sizes `dynamic` names symbolic:
+        compiled per binding of those sizes, shared by every signature that binds them."""
+        program, spec = export.capture_program(self.module, args, kwargs, self.dynamic)
+        try:
+            graph = export.import_program(program)
+        except SymbolicShapeError as e:
+            raise EmberError(f"importing with symbolic sizes: {e}") from e
+        structure = torch.utils._pytree.tree_structure((args, kwargs))
+        return _ModuleRunner(graph_runner(graph, config=self.config), spec, structure)
 
     def _runs_eagerly(self, args: tuple, kwargs: dict) -> bool:
         try:
@@ -136,12 +179,18 @@ def _plain_tensors(args: tuple, kwargs: dict) -> bool:
     return not kwargs and all(type(a) is torch.Tensor for a in args)
 
 
+def _tensor_leaves(args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    return [x for x in torch.utils._pytree.tree_leaves((args, kwargs))
+            if isinstance(x, torch.Tensor)]
+
+
 class _ModuleRunner:
     """Flattens the call's tensors, runs the graph, rebuilds the module's output structure."""
 
-    def __init__(self, graph_runner: Any, out_spec: Any):
+    def __init__(self, graph_runner: Any, out_spec: Any, in_structure: Any = None):
         self.graph_runner = graph_runner
         self.out_spec = out_spec
+        self.in_structure = in_structure  # of (args, kwargs), for a symbolic graph
         self._single_output = out_spec.is_leaf()
         # Compiled graphs have a fast path for tensors they take as they are.
         self._run_plain = getattr(graph_runner, "run_plain", None)
@@ -152,9 +201,16 @@ class _ModuleRunner:
                 return result
             leaves = list(args)
         else:
-            leaves = [x for x in torch.utils._pytree.tree_leaves((args, kwargs))
-                      if isinstance(x, torch.Tensor)]
+            leaves = _tensor_leaves(args, kwargs)
         return self._structure(self.graph_runner(*leaves))
+
+    def takes(self, structure: Any, args: tuple, kwargs: dict) -> bool:
+        """Whether a symbolic graph's runner takes a call of this input structure and these
+        tensors' shapes."""
+        accepts = getattr(self.graph_runner, "accepts", None)
+        if accepts is None or structure != self.in_structure:
+            return False
+        return accepts(_tensor_leaves(args, kwargs))
 
     def run_plain(self, args: tuple) -> Any:
         """The module's output for a call that passed tensors only, positionally, or None

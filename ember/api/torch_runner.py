@@ -13,10 +13,11 @@ import numpy as np
 import torch
 
 from ember.config import Config
-from ember.driver.compile import executor_for
+from ember.driver.compile import SizeSpecialized, executor_for
 from ember.dtypes import DType
 from ember.errors import ShapeError
 from ember.frontends.torch.context import to_dtype, to_torch_dtype
+from ember.graph.bind import bind_sizes, is_symbolic
 from ember.graph.ir import Graph
 from ember.loops.ir import Buffer
 from ember.runtime.executable import Executable
@@ -108,3 +109,41 @@ def _output_maker(buffer: Buffer) -> Callable[[], torch.Tensor]:
         template = torch.empty(buffer.shape, dtype=to_torch_dtype(buffer.dtype))
         return lambda: torch.empty_like(template)
     return lambda: array_to_tensor(OUTPUTS.array(buffer.shape, buffer.dtype.np))
+
+
+class SymbolicGraphRunner:
+    """Calls a graph with symbolic sizes with torch tensors: a `GraphRunner` (and its fast
+    path) per binding of the sizes, made when a call first binds them (SizeSpecialized)."""
+
+    def __init__(self, graph: Graph, single_output: bool = False,
+                 config: Config | None = None):
+        config = config or Config()
+        self.graph = graph
+        self.sizes = SizeSpecialized(
+            graph, lambda g: GraphRunner(g, single_output, config), config.max_specializations)
+
+    def __call__(self, *tensors: Any) -> Any:
+        return self.sizes.runner([tuple(t.shape) for t in tensors])(*tensors)
+
+    def run_plain(self, tensors: Sequence[Any]) -> list[torch.Tensor] | None:
+        try:
+            runner = self.sizes.runner([tuple(t.shape) for t in tensors])
+        except (ShapeError, AttributeError):
+            return None  # the general call explains
+        return runner.run_plain(tensors)
+
+    def accepts(self, tensors: Sequence[Any]) -> bool:
+        """Whether the graph's sizes bind to these tensors' shapes."""
+        try:
+            bind_sizes(self.graph, [tuple(t.shape) for t in tensors])
+        except ShapeError:
+            return False
+        return True
+
+
+def graph_runner(graph: Graph, single_output: bool = False,
+                 config: Config | None = None) -> GraphRunner | SymbolicGraphRunner:
+    """The runner of `graph`: symbolic sizes bound per call, or its one compiled code."""
+    if is_symbolic(graph):
+        return SymbolicGraphRunner(graph, single_output, config)
+    return GraphRunner(graph, single_output, config)

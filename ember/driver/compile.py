@@ -6,19 +6,65 @@ backend) call this; the driver knows none of them and no frontend.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from ember.config import Config
+from ember.graph.bind import bind_sizes, graph_symbols, is_symbolic, specialize
 from ember.graph.interp import interpret
 from ember.graph.ir import Graph
 
 
 def executor_for(graph: Graph, config: Config) -> Callable[..., Any]:
     """A function running `graph` on arrays: the compiled `Executable` (config.executor ==
-    "cpu"), or the reference interpreter."""
+    "cpu"), or the reference interpreter. A graph with symbolic sizes runs through
+    `SizeSpecialized`: compiled code per binding of its sizes."""
     if config.executor == "cpu":
+        if is_symbolic(graph):
+            return SizeSpecialized(graph, lambda g: executor_for(g, config),
+                                   config.max_specializations)
         from ember.driver.pipeline import compile_graph
 
         return compile_graph(graph, config)
     return lambda *arrays: interpret(graph, list(arrays))
+
+
+class SizeSpecialized:
+    """A graph with symbolic sizes, run by binding them to each call's shapes: the graph is
+    specialized (every size a number) and made into a runner by `make` once per binding,
+    keeping the `limit` most recent (`compilations` and `evictions` count them). Code
+    compiled once for every size is issue 22's next step; what this spares per new size
+    is the capture and import, and a call at a size seen before costs one lookup."""
+
+    def __init__(self, graph: Graph, make: Callable[[Graph], Any], limit: int):
+        self.graph = graph
+        self.symbols = sorted(graph_symbols(graph))
+        self.make = make
+        self.limit = limit
+        self.runners: OrderedDict[tuple[int, ...], Any] = OrderedDict()
+        self.compilations = 0
+        self.evictions = 0
+
+    def runner(self, shapes: Sequence[Sequence[int]]) -> Any:
+        """The runner for inputs of these shapes (a ShapeError when they do not fit the
+        graph's types)."""
+        env = bind_sizes(self.graph, shapes)
+        key = tuple(env[s] for s in self.symbols)
+        runner = self.runners.get(key)
+        if runner is not None:
+            self.runners.move_to_end(key)
+            return runner
+        runner = self.make(specialize(self.graph, env))
+        self.compilations += 1
+        self.runners[key] = runner
+        if len(self.runners) > self.limit:
+            self.runners.popitem(last=False)
+            self.evictions += 1
+        return runner
+
+    def __call__(self, *arrays: Any, **kwargs: Any) -> Any:
+        arrays = tuple(np.asarray(a) for a in arrays)
+        return self.runner([a.shape for a in arrays])(*arrays, **kwargs)

@@ -14,6 +14,7 @@ import numpy as np
 
 from ember.dtypes import DType
 from ember.errors import EmberError, InterpreterError, ShapeError
+from ember.graph.bind import bind_sizes, is_symbolic, specialize
 from ember.graph.builder import located
 from ember.graph.ir import Graph, Op, Region, Value
 
@@ -21,20 +22,31 @@ _HALF = (np.dtype(DType.f16.np), np.dtype(DType.bf16.np))
 
 
 def interpret(graph: Graph, inputs: Sequence[Any] | Mapping[str, Any]) -> list[np.ndarray]:
-    """Run `graph` on `inputs` (a sequence, or a mapping by input name); returns the outputs."""
+    """Run `graph` on `inputs` (a sequence, or a mapping by input name); returns the outputs.
+    A graph with symbolic sizes runs with them bound to the inputs' shapes."""
+    if is_symbolic(graph):
+        given = _ordered(graph, inputs)
+        graph = specialize(graph, bind_sizes(graph, [np.shape(a) for a in given]))
+        inputs = given
     arrays = check_inputs(graph, inputs)
     return Interpreter(graph).run_region(graph.body, arrays)
 
 
-def check_inputs(graph: Graph, inputs: Sequence[Any] | Mapping[str, Any]) -> list[np.ndarray]:
-    """The inputs as arrays of exactly the declared dtypes and shapes, or a clear error."""
+def _ordered(graph: Graph, inputs: Sequence[Any] | Mapping[str, Any]) -> list[Any]:
+    """The inputs in the graph's order: as given, or from a mapping by input name."""
     if isinstance(inputs, Mapping):
         names = [v.name for v in graph.inputs]
         missing = [n for n in names if n not in inputs]
         extra = [k for k in inputs if k not in names]
         if missing or extra:
             raise ShapeError(f"graph @{graph.name} inputs: missing {missing}, unexpected {extra}")
-        inputs = [inputs[n] for n in names]
+        return [inputs[n] for n in names]
+    return list(inputs)
+
+
+def check_inputs(graph: Graph, inputs: Sequence[Any] | Mapping[str, Any]) -> list[np.ndarray]:
+    """The inputs as arrays of exactly the declared dtypes and shapes, or a clear error."""
+    inputs = _ordered(graph, inputs)
     if len(inputs) != len(graph.inputs):
         raise ShapeError(
             f"graph @{graph.name} takes {len(graph.inputs)} inputs, got {len(inputs)}")

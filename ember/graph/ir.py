@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ember.dtypes import DType
+from ember.graph.symbolic import Dim, is_static_shape
 
 if TYPE_CHECKING:
     from ember.graph.ops.registry import OpDef
@@ -24,22 +25,30 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class TensorType:
-    """A tensor's element type and static shape. Scalars have shape ()."""
+    """A tensor's element type and shape. Scalars have shape (). A dim is an int or a
+    symbolic `Dim` (ember/graph/symbolic.py: `f32[?b,128]`), bound when a call gives the
+    sizes."""
 
     dtype: DType
-    shape: tuple[int, ...]
+    shape: tuple[int | Dim, ...]
 
     def __post_init__(self) -> None:
         if not isinstance(self.dtype, DType):
             raise TypeError(f"TensorType dtype must be a DType, got {self.dtype!r}")
-        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        object.__setattr__(self, "shape", tuple(
+            d if isinstance(d, Dim) else int(d) for d in self.shape))
+
+    @property
+    def is_static(self) -> bool:
+        """Whether every dim is a number."""
+        return is_static_shape(self.shape)
 
     @property
     def rank(self) -> int:
         return len(self.shape)
 
     @property
-    def numel(self) -> int:
+    def numel(self) -> int | Dim:
         return math.prod(self.shape)
 
     @property
@@ -224,18 +233,23 @@ class Graph:
         return f"Graph(@{self.name}, {len(self.inputs)} inputs, {n} ops)"
 
 
-def clone_graph(graph: Graph) -> Graph:
+def clone_graph(graph: Graph, retype: Callable[[TensorType], TensorType] | None = None,
+                reattr: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Graph:
     """A copy of `graph` whose ops and values are new (passes mutate graphs in place);
-    the constant arrays are shared, since nothing writes to them."""
+    the constant arrays are shared, since nothing writes to them. `retype` and `reattr`
+    map each value's type and each op's attributes on the way (binding sizes)."""
+    retype = retype or (lambda t: t)
+    reattr = reattr or dict
     mapping: dict[Value, Value] = {}
 
     def clone_region(region: Region) -> Region:
-        new = Region(region.arg_types, [a.name for a in region.args])
+        new = Region([retype(t) for t in region.arg_types], [a.name for a in region.args])
         mapping.update(zip(region.args, new.args))
         for op in region.ops:
             regions = [clone_region(r) for r in op.regions]
-            copy = Op(op.name, [mapping[v] for v in op.operands], dict(op.attrs),
-                      [r.type for r in op.results], regions, op.loc, [r.name for r in op.results])
+            copy = Op(op.name, [mapping[v] for v in op.operands], reattr(op.attrs),
+                      [retype(r.type) for r in op.results], regions, op.loc,
+                      [r.name for r in op.results])
             mapping.update(zip(op.results, copy.results))
             new.ops.append(copy)
         new.outputs = [mapping[v] for v in region.outputs]

@@ -2,6 +2,8 @@
 
 Graphs mix op families (elementwise, comparison/where, cast, reduction, shape, matmul,
 constants) and structured control flow (`if`, `loop`), on small f32 tensors.
+`random_graphs(symbolic=True)`: the inputs' leading dims are one symbolic size, `?n`
+(ember/graph/symbolic.py), and the inputs are drawn at one value of it.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from hypothesis import strategies as st
 
 from ember import Builder, DType
 from ember.graph.ir import Graph, Value
+from ember.graph.symbolic import Dim, symbol
 
 UNARY = ["neg", "abs", "tanh", "sigmoid", "sin", "floor", "exp", "erf"]
 BINARY = ["add", "sub", "mul", "max", "min", "div"]
@@ -21,8 +24,9 @@ def _broadcastable(a: Value, b: Value) -> bool:
 
 
 class _GraphMaker:
-    def __init__(self, draw):
+    def __init__(self, draw, symbolic: bool = False):
         self.draw = draw
+        self.symbolic = symbolic
         self.b = Builder("random")
         self.pool: list[Value] = []
         self.families = {"unary": self.unary, "binary": self.binary, "where": self.where,
@@ -80,6 +84,11 @@ class _GraphMaker:
             return None
         starts, ends, steps = [], [], []
         for d in x.shape:
+            if isinstance(d, Dim):  # a symbolic size: all of it
+                starts.append(0)
+                ends.append(d)
+                steps.append(1)
+                continue
             step = self.draw(st.sampled_from([1, 2, -1]))
             start = self.draw(st.integers(0, d - 1))
             if step > 0:
@@ -102,6 +111,8 @@ class _GraphMaker:
         if x is None:
             return None
         k = x.shape[-1]
+        if isinstance(k, Dim):
+            return None  # a constant operand has numbers for sizes
         w = b.constant(self.array((k, self.draw(st.integers(1, 4)))))
         return b.matmul(x, w)
 
@@ -136,9 +147,14 @@ class _GraphMaker:
     def make(self) -> tuple[Graph, list[np.ndarray]]:
         b = self.b
         inputs = []
+        n = self.draw(st.integers(1, 4))
         for i in range(self.draw(st.integers(1, 3))):
             shape = self.shape()
-            self.pool.append(b.input(f"in{i}", DType.f32, shape))
+            declared = shape
+            if self.symbolic and shape:
+                shape = (n,) + shape[1:]
+                declared = (symbol("n"),) + shape[1:]
+            self.pool.append(b.input(f"in{i}", DType.f32, declared))
             inputs.append(self.array(shape))
         for _ in range(self.draw(st.integers(1, 10))):
             family = self.draw(st.sampled_from(sorted(self.families)))
@@ -151,5 +167,5 @@ class _GraphMaker:
 
 
 @st.composite
-def random_graphs(draw) -> tuple[Graph, list[np.ndarray]]:
-    return _GraphMaker(draw).make()
+def random_graphs(draw, symbolic: bool = False) -> tuple[Graph, list[np.ndarray]]:
+    return _GraphMaker(draw, symbolic).make()

@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 
 from ember import interpret, parse_graph, print_graph, verify_graph
 from ember.driver.pass_manager import run_passes
+from ember.graph.bind import bind_sizes, specialize
 from ember.graph.passes import DEFAULT_PIPELINE, all_passes
 from tests.graph.random_graphs import random_graphs
 
@@ -48,4 +49,37 @@ def test_passes_preserve_values(case) -> None:
         optimized = run_passes(parse_graph(text), names, verify_each=True)
         # Folding evaluates ops by the interpreter's own semantics, so the values match
         # exactly (NaN positions and all).
+        assert_same(interpret(optimized, inputs), want)
+
+
+# -- symbolic sizes ------------------------------------------------------------------------
+@PROPERTY
+@given(random_graphs(symbolic=True))
+def test_symbolic_graphs_round_trip_and_bind(case) -> None:
+    """A graph whose inputs lead with the size ?n prints and parses back exactly, and
+    computes what its specialization to the inputs' ?n computes."""
+    graph, inputs = case
+    text = print_graph(graph)
+    parsed = parse_graph(text)
+    assert print_graph(parsed) == text
+    verify_graph(parsed)
+    env = bind_sizes(graph, [a.shape for a in inputs])
+    specialized = specialize(graph, env)
+    verify_graph(specialized)
+    assert specialized.inputs and all(v.type.is_static for v in specialized.inputs)
+    assert_same(interpret(parsed, inputs), interpret(specialized, inputs))
+
+
+@settings(max_examples=100, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(random_graphs(symbolic=True))
+def test_passes_preserve_values_on_symbolic_graphs(case) -> None:
+    """Every graph pass runs on a graph of symbolic sizes, and the values it computes at
+    the inputs' sizes are the unoptimized graph's."""
+    graph, inputs = case
+    text = print_graph(graph)
+    want = interpret(graph, inputs)
+    for graph_pass in [*all_passes(), None]:
+        names = [graph_pass.name] if graph_pass else DEFAULT_PIPELINE
+        optimized = run_passes(parse_graph(text), names, verify_each=True)
         assert_same(interpret(optimized, inputs), want)

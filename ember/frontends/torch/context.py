@@ -10,6 +10,8 @@ dtype promotion and shapes.
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,6 +22,7 @@ from ember.dtypes import DType
 from ember.errors import EmberError, UnsupportedOpError
 from ember.graph.builder import Builder
 from ember.graph.ir import TensorType, Value
+from ember.graph.symbolic import Dim, dim_max, dim_min, floor_div, modulo, symbol
 
 Converter = Callable[..., Any]
 _CONVERTERS: dict[str, Converter] = {}
@@ -83,19 +86,49 @@ def to_torch_dtype(dtype: DType) -> torch.dtype:
 
 
 def tensor_type(val: Any, what: str = "tensor") -> TensorType:
-    """The TensorType of a (fake) tensor from an FX node's meta."""
+    """The TensorType of a (fake) tensor from an FX node's meta; its symbolic sizes (a
+    graph exported with dynamic shapes, Dynamo's after a shape change) become Dims."""
     if not isinstance(val, torch.Tensor):
         raise UnsupportedOpError(f"{what} is a {type(val).__name__}, not a tensor")
-    shape = []
-    for d in val.shape:
-        if not isinstance(d, int):
-            try:
-                d = int(d)
-            except (TypeError, ValueError):
-                raise UnsupportedOpError(f"{what} has a symbolic dim {d}; Ember specializes"
-                                         " on static shapes") from None
-        shape.append(d)
-    return TensorType(to_dtype(val.dtype, what), tuple(shape))
+    return TensorType(to_dtype(val.dtype, what), tuple(to_dim(d, what) for d in val.shape))
+
+
+def to_dim(size: Any, what: str = "a size") -> int | Dim:
+    """An int, or a SymInt's expression as a Dim (its symbols keep PyTorch's names)."""
+    if isinstance(size, int):
+        return size
+    if isinstance(size, torch.SymInt):
+        expr = size.node.expr
+        if expr.is_number:
+            return int(expr)
+        return _sympy_dim(expr, what)
+    raise UnsupportedOpError(f"{what}: {size!r} is not a size")
+
+
+def _sympy_dim(expr: Any, what: str) -> int | Dim:
+    """A sympy size expression (torch's symbolic shapes) as a Dim."""
+    import sympy
+
+    args = [_sympy_dim(a, what) for a in expr.args]
+    name = type(expr).__name__
+    if expr.is_Integer:
+        return int(expr)
+    if expr.is_Symbol:
+        return symbol(expr.name)
+    if isinstance(expr, sympy.Add):
+        return sum(args[1:], args[0])
+    if isinstance(expr, sympy.Mul):
+        return math.prod(args[1:], start=args[0])
+    if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and int(expr.exp) >= 0:
+        return math.prod([args[0]] * int(expr.exp), start=1)
+    functions = {"FloorDiv": floor_div, "Mod": modulo, "PythonMod": modulo,
+                 "Max": dim_max, "Min": dim_min}
+    if name in functions and len(args) == 2:
+        return functions[name](*args)
+    if name in ("Max", "Min") and len(args) > 2:
+        return functools.reduce(functions[name], args)
+    raise UnsupportedOpError(f"{what} has the size {expr} ({name}), which Ember cannot"
+                             " express symbolically")
 
 
 def to_numpy(tensor: torch.Tensor) -> np.ndarray:
@@ -142,6 +175,9 @@ class ConvertContext:
             return x if x.dtype is dtype else self.b.cast(x, to=dtype)
         if isinstance(x, (bool, int, float)):
             return self.constant(x, dtype)
+        if isinstance(x, Dim):  # a size used as a number: bound when a call gives it
+            size = self.b.size(value=x)
+            return size if dtype is DType.i64 else self.b.cast(size, to=dtype)
         raise self.unsupported(f"expected a tensor or a number, got {type(x).__name__}")
 
     def promoted(self, a: Any, b: Any) -> DType:

@@ -13,16 +13,19 @@ from ember.frontends.torch.fx_importer import import_fx
 from ember.graph.ir import Graph, sanitize_name
 
 
-def capture_program(module: torch.nn.Module, args: Sequence[Any], kwargs: dict | None = None
-                    ) -> tuple[torch.export.ExportedProgram, Any]:
+def capture_program(module: torch.nn.Module, args: Sequence[Any], kwargs: dict | None = None,
+                    dynamic: Any = None) -> tuple[torch.export.ExportedProgram, Any]:
     """`module` exported in eval mode without gradients and decomposed to core ATen; also
-    the pytree spec of its output structure."""
+    the pytree spec of its output structure. `dynamic`: the dims to keep symbolic
+    (`dynamic_shapes`, see `dynamic_shapes`)."""
     if not isinstance(module, torch.nn.Module):
         raise EmberError(f"expected a torch.nn.Module, got {type(module).__name__}")
     module.eval()
+    shapes = dynamic_shapes(dynamic, tuple(args), dict(kwargs or {}))
     try:
         with torch.no_grad():
-            program = torch.export.export(module, tuple(args), dict(kwargs or {}))
+            program = torch.export.export(module, tuple(args), dict(kwargs or {}),
+                                          dynamic_shapes=shapes)
             program = program.run_decompositions()
     except Exception as e:  # torch.export raises many kinds; all mean "cannot capture"
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
@@ -32,6 +35,35 @@ def capture_program(module: torch.nn.Module, args: Sequence[Any], kwargs: dict |
         raise UnsupportedOpError(f"{type(module).__name__} mutates its buffers in forward;"
                                  " Ember compiles inference graphs only")
     return program, program.module_call_graph[0].signature.out_spec
+
+
+def dynamic_shapes(dynamic: Any, args: tuple, kwargs: dict) -> Any:
+    """torch.export's `dynamic_shapes` for `dynamic`: None (every size static); True (every
+    dim of every tensor input may vary: torch.export keeps symbolic those the model lets
+    vary); or torch.export's own form (per input, by position or by the forward's
+    parameter names, a dict from axis to a `torch.export.Dim`), where a string names a Dim
+    (`{"x": {0: "batch"}}`; one name, one size)."""
+    if dynamic is None or dynamic is False:
+        return None
+    if dynamic is True:
+        def every_dim(x: Any) -> Any:
+            return {axis: torch.export.Dim.AUTO for axis in range(x.dim())} \
+                if isinstance(x, torch.Tensor) else None
+
+        spec = torch.utils._pytree.tree_map(every_dim, args)
+        return (spec, torch.utils._pytree.tree_map(every_dim, kwargs)) if kwargs else spec
+    dims: dict[str, Any] = {}
+
+    def named(x: Any) -> Any:
+        if isinstance(x, str):
+            return dims.setdefault(x, torch.export.Dim(x))
+        if isinstance(x, dict):
+            return {k: named(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return type(x)(named(v) for v in x)
+        return x
+
+    return named(dynamic)
 
 
 def program_constants(program: torch.export.ExportedProgram) -> dict[str, torch.Tensor]:

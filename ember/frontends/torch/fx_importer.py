@@ -25,10 +25,12 @@ from ember.frontends.torch.context import (
     find_converter,
     overload_name,
     tensor_type,
+    to_dim,
     to_numpy,
 )
 from ember.graph.builder import Builder, located
 from ember.graph.ir import Graph, Value
+from ember.graph.symbolic import Dim
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)')
 
@@ -50,7 +52,14 @@ def node_location(node: torch.fx.Node) -> str:
 
 def unsupported_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
     return [n for n in gm.graph.nodes if n.op == "call_function"
-            and n.target is not operator.getitem and find_converter(n.target) is None]
+            and n.target is not operator.getitem and not _is_size(n)
+            and find_converter(n.target) is None]
+
+
+def _is_size(node: torch.fx.Node) -> bool:
+    """Whether `node` computes a size (sym_size, arithmetic on sizes): the importer takes
+    its expression from the node's meta."""
+    return isinstance(node.meta.get("val"), torch.SymInt)
 
 
 def describe_unsupported(nodes: list[torch.fx.Node]) -> str:
@@ -65,6 +74,20 @@ def describe_unsupported(nodes: list[torch.fx.Node]) -> str:
 def import_fx(gm: torch.fx.GraphModule, constants: Mapping[str, torch.Tensor] | None = None,
               name: str = "main") -> Graph:
     """Import `gm`; placeholders named in `constants` become constants, the rest inputs."""
+    graph, sizes = import_fx_with_sizes(gm, constants, name)
+    if sizes:
+        position = next(iter(sizes))
+        raise UnsupportedOpError(f"graph output {position} is a size, not a tensor")
+    return graph
+
+
+def import_fx_with_sizes(gm: torch.fx.GraphModule,
+                         constants: Mapping[str, torch.Tensor] | None = None,
+                         name: str = "main") -> tuple[Graph, dict[int, Any]]:
+    """Import `gm` as `import_fx` does, where some outputs may be sizes (AOT Autograd
+    returns the sizes of its graphs' outputs): the graph of the tensor outputs, and
+    position -> size (an int or a Dim of the inputs' sizes) for the others. SymInt
+    placeholders are not inputs: their values are sizes of the tensor inputs."""
     missing = unsupported_nodes(gm)
     if missing:
         raise UnsupportedOpError("the graph uses " + describe_unsupported(missing))
@@ -73,8 +96,13 @@ def import_fx(gm: torch.fx.GraphModule, constants: Mapping[str, torch.Tensor] | 
     b = Builder(name)
     env: dict[torch.fx.Node, Any] = {}
     outputs: list[Value] = []
+    sizes: dict[int, Any] = {}
     for node in gm.graph.nodes:
-        if node.op == "placeholder":
+        if _is_size(node):
+            # A size (Dynamo passes sizes as inputs; sym_size and arithmetic on sizes):
+            # its expression, which the ops that take it read as a Dim.
+            env[node] = to_dim(node.meta["val"], f"FX node {node.name}")
+        elif node.op == "placeholder":
             if node.name in constants:
                 env[node] = b.constant(to_numpy(constants[node.name]), name=node.name)
             else:
@@ -92,15 +120,18 @@ def import_fx(gm: torch.fx.GraphModule, constants: Mapping[str, torch.Tensor] | 
             env[node] = _convert(node, env, b)
         elif node.op == "output":
             flat = torch.utils._pytree.tree_leaves(node.args[0])
-            for item in flat:
-                value = env.get(item) if isinstance(item, torch.fx.Node) else None
-                if not isinstance(value, Value):
+            for position, item in enumerate(flat):
+                value = env.get(item) if isinstance(item, torch.fx.Node) else item
+                if isinstance(value, Value):
+                    outputs.append(value)
+                elif isinstance(value, (int, Dim)) and not isinstance(value, bool):
+                    sizes[position] = value
+                else:
                     raise UnsupportedOpError(f"graph output {item} is not a tensor")
-                outputs.append(value)
         else:
             raise UnsupportedOpError(f"FX node {node.name}: '{node.op}' nodes are not supported")
     b.output(*outputs)
-    return b.build()
+    return b.build(), sizes
 
 
 def _convert(node: torch.fx.Node, env: dict, b: Builder) -> Any:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from ember.graph.fusion.policy import Decision, Refusal, category, classify, recomputed
 from ember.graph.ir import Op, Region, Value
+from ember.graph.symbolic import size_hint
 
 
 def fusion_fuel() -> int | None:
@@ -118,11 +119,11 @@ class FusionPlanner:
             for value in op.operands:
                 producer = value.producer
                 if producer in self.group_of:
-                    found.append((value.type.nbytes, producer, op))
+                    found.append((size_hint(value.type.nbytes), producer, op))
         for value, users in self.users.items():
             readers = [u for u in dict.fromkeys(users) if u in self.group_of]
             for a, b in zip(readers, readers[1:]):
-                found.append((value.type.nbytes, a, b))
+                found.append((size_hint(value.type.nbytes), a, b))
         # Epilogues first: a contraction's or reduction's result is worth the most to keep
         # in registers, and an injective group that took its consumer first would shut the
         # epilogue out. Then by bytes; program order among equals (a stable sort).

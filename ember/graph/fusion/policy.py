@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from ember.graph.ir import Op, Value
 from ember.graph.ops.common import normalize_axes
+from ember.graph.symbolic import size_hint
 
 # Softmax and layer-norm need two reductions per row; each more would re-read the row.
 MAX_ROW_REDUCTIONS = 2
@@ -133,7 +134,7 @@ def classify(ops: Sequence[Op], outputs: Sequence[Value]) -> FusionPlan | Refusa
     shapes = {v.shape for v in outputs}
     if len(shapes) > 1:
         return Refusal("outputs of different shapes "
-                       + ", ".join(str(list(s)) for s in sorted(shapes)) + " need two nests")
+                       + ", ".join(sorted(str(list(s)) for s in shapes)) + " need two nests")
     return FusionPlan("injective", outputs[0].shape if outputs else ops[-1].results[0].shape)
 
 
@@ -208,9 +209,9 @@ def iterations(plan: FusionPlan) -> int:
     """About how many times a kernel of `plan` evaluates its inlined expressions."""
     count = 1
     for d in plan.shape:
-        count *= d
+        count *= size_hint(d)
     if plan.kind == "reduction" and plan.root is not None:
-        count = max(count, plan.root.operands[0].type.numel)
+        count = max(count, size_hint(plan.root.operands[0].type.numel))
     return count
 
 
@@ -221,7 +222,7 @@ def recomputed(plan: FusionPlan, ops: Sequence[Op]) -> Op | None:
     for op in ops:
         # Each element read recomputes an inlined value: worth it only for cheap ops.
         if "expensive" in op.opdef.traits and inlinable(op) and \
-                2 * op.result.type.numel <= total:
+                2 * size_hint(op.result.type.numel) <= total:
             if plan.kind in ("reduction", "contraction", "row") and _epilogue_sized(op, plan):
                 continue
             return op

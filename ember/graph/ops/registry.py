@@ -18,6 +18,7 @@ import numpy as np
 from ember.dtypes import DType
 from ember.errors import BadAttributeError, ShapeError, UnsupportedOpError
 from ember.graph.ir import TensorType
+from ember.graph.symbolic import Dim
 
 REQUIRED = object()  # marks an attribute that has no default
 
@@ -128,6 +129,8 @@ def convert_attr(key: str, spec: Attr, value: Any) -> Any:
         return None
     try:
         if kind == "int":
+            if isinstance(value, Dim):  # a size known at call time
+                return value
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise bad("expected an integer")
             return int(value)
@@ -157,9 +160,10 @@ def convert_attr(key: str, spec: Attr, value: Any) -> Any:
             raise bad("expected a dtype")
         if kind == "ints":
             items = tuple(value)
-            if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) for v in items):
+            if any(isinstance(v, bool) or not isinstance(v, (int, np.integer, Dim))
+                   for v in items):
                 raise bad("expected a list of integers")
-            return tuple(int(v) for v in items)
+            return tuple(v if isinstance(v, Dim) else int(v) for v in items)
         if kind == "floats":
             items = tuple(value)
             if any(isinstance(v, bool) or not isinstance(v, (int, float, np.number))

@@ -25,6 +25,7 @@ from ember.graph.ops.common import (
     same_dtype,
 )
 from ember.graph.ops.registry import Attr, define
+from ember.graph.symbolic import Dim, dim_max, floor_div
 
 INDEX_TYPES = frozenset({DType.i32, DType.i64})
 
@@ -107,12 +108,29 @@ def _slice_infer(types, attrs):
     for axis, (start, end, step, dim) in enumerate(zip(starts, ends, steps, x.shape)):
         if step == 0:
             raise ShapeError(f"the step of axis {axis} is 0")
+        if any(isinstance(v, Dim) for v in (start, end, step, dim)):
+            shape.append(_symbolic_extent(axis, start, end, step, dim))
+            continue
         read = range(start, end, step)
         if read and not (0 <= min(read[0], read[-1]) and max(read[0], read[-1]) < dim):
             raise ShapeError(f"axis {axis} of size {dim} is read at indices {read[0]} to"
                              f" {read[-1]} (start {start}, end {end}, step {step})")
         shape.append(len(read))
     return x.with_shape(shape)
+
+
+def _symbolic_extent(axis: int, start, end, step, dim):
+    """The length of range(start, end, step) over an axis of `dim`, where some of them are
+    symbolic sizes: the bounds must be decidable (start and end within the axis)."""
+    if isinstance(step, Dim):
+        raise ShapeError(f"the step of axis {axis} is the size {step}; steps are numbers")
+    if step > 0 and not (start >= 0 and end <= dim):
+        raise ShapeError(f"axis {axis} of size {dim} is read from {start} to {end}")
+    if step < 0 and not (start < dim and end >= -1):
+        raise ShapeError(f"axis {axis} of size {dim} is read from {start} down to {end}")
+    length = floor_div(end - start + step - 1, step) if step > 0 else \
+        floor_div(start - end - step - 1, -step)
+    return dim_max(length, 0)
 
 
 def _as_slice(start: int, end: int, step: int) -> slice:
@@ -282,6 +300,12 @@ define("iota", arity=0, infer=_iota_infer, reference=_iota_reference,
        attrs={"shape": Attr("ints"), "axis": Attr("int", 0), "dtype": Attr("dtype", DType.i64)},
        traits=("pure",), family="shape", category="index map",
        summary="a tensor whose elements are their index along `axis`")
+
+
+define("size", arity=0, infer=lambda types, attrs: TensorType(DType.i64, ()),
+       reference=lambda value: np.array(value, np.int64), attrs={"value": Attr("int")},
+       traits=("pure",), family="shape", category="index map",
+       summary="a size (a symbolic dim, `?b`, or a number once bound) as an i64 scalar")
 
 
 def _cumsum_infer(types, attrs):

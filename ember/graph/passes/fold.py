@@ -14,6 +14,7 @@ from ember.graph.interp import evaluate_op
 from ember.graph.ir import Graph, Op, Value
 from ember.graph.passes import graph_pass
 from ember.graph.rewrite import ANY, PatternTable, apply_patterns
+from ember.graph.symbolic import symbols_in
 
 FOLD_MIN_ELEMENTS = 1 << 16
 
@@ -32,6 +33,8 @@ def constant_value(graph: Graph, value: Value) -> np.ndarray | None:
 def fold_constant_operands(op: Op, b: Builder) -> list[Value] | None:
     if op.name == "constant" or op.regions or op.opdef.reference is None:
         return None
+    if not all(r.type.is_static for r in op.results) or symbols_in(list(op.attrs.values())):
+        return None  # sizes known at call time: folded once a call binds them
     inputs = [constant_value(b.graph, v) for v in op.operands]
     if any(a is None for a in inputs):
         return None

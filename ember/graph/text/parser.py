@@ -18,6 +18,7 @@ from ember.errors import EmberError, ParseError
 from ember.graph.builder import Builder
 from ember.graph.ir import Graph, Region, TensorType, Value
 from ember.graph.ops.registry import get_opdef, has_op
+from ember.graph.symbolic import Dim, read_dim
 from ember.lexer import Token, TokenStream, describe, parse_number
 
 MAX_RANK = 64
@@ -60,12 +61,12 @@ class GraphParser:
     def tensor_type(self) -> TensorType:
         dtype = self.dtype()
         self.ts.expect("[")
-        dims: list[int] = []
+        dims: list[int | Dim] = []
         if not self.ts.at("]"):
             while True:
                 token = self.ts.peek
-                dim = self.ts.expect_int("a dimension")
-                if dim < 0:
+                dim = read_dim(self.ts)
+                if isinstance(dim, int) and dim < 0:
                     raise self.error(f"negative dimension {dim}", token)
                 dims.append(dim)
                 if len(dims) > MAX_RANK:
@@ -74,6 +75,10 @@ class GraphParser:
                     break
         self.ts.expect("]")
         return TensorType(dtype, tuple(dims))
+
+    def int_or_dim(self) -> int | Dim:
+        """An integer, or a symbolic size where one may stand (`64*?b`)."""
+        return read_dim(self.ts)
 
     def comma_list(self, item, close: str) -> list[Any]:
         items = []
@@ -151,7 +156,7 @@ class GraphParser:
         ts = self.ts
         token = ts.peek
         if kind in ("int", "float"):
-            return ts.expect_int() if kind == "int" else ts.expect_number()
+            return self.int_or_dim() if kind == "int" else ts.expect_number()
         if kind == "bool":
             value = self.scalar()
             if not isinstance(value, bool):
@@ -163,7 +168,7 @@ class GraphParser:
             return self.dtype()
         if kind in ("ints", "floats"):
             ts.expect("[")
-            items = self.comma_list(ts.expect_int if kind == "ints" else ts.expect_number, "]")
+            items = self.comma_list(self.int_or_dim if kind == "ints" else ts.expect_number, "]")
             ts.expect("]")
             return items
         if kind == "dense":

@@ -71,6 +71,11 @@ def concat(ctx: LowerContext):
     return stmts
 
 
+@lowering("size")
+def size(ctx: LowerContext):
+    return ctx.store_each(lambda i: Const(int(ctx.attrs["value"]), ctx.outputs[0].dtype))
+
+
 @lowering("iota")
 def iota(ctx: LowerContext):
     axis = ctx.attrs["axis"] % max(len(ctx.outputs[0].shape), 1)
