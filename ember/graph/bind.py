@@ -74,6 +74,10 @@ def bind_sizes(graph: Graph, shapes: Sequence[Sequence[int]]) -> dict[str, int]:
         if value < 1:
             raise ShapeError(f"graph @{graph.name}: the size ?{name} is {value} (from"
                              f" {bound_by[name]}); a symbolic size is at least 1")
+        if value > graph.size_bounds.get(name, value):
+            raise ShapeError(f"graph @{graph.name}: the size ?{name} is {value} (from"
+                             f" {bound_by[name]}), above its bound"
+                             f" {graph.size_bounds[name]}")
     return env
 
 
@@ -83,8 +87,10 @@ def specialize(graph: Graph, env: Mapping[str, int]) -> Graph:
     def bound_type(t: TensorType) -> TensorType:
         return t if t.is_static else TensorType(t.dtype, bind(t.shape, env))
 
-    return clone_graph(graph, bound_type, lambda attrs: {k: bind(v, env)
-                                                         for k, v in attrs.items()})
+    static = clone_graph(graph, bound_type, lambda attrs: {k: bind(v, env)
+                                                           for k, v in attrs.items()})
+    static.size_bounds = {}
+    return static
 
 
 def _solve(dim: Dim, name: str, value: int, env: Mapping[str, int]) -> tuple[str, int] | None:

@@ -21,6 +21,7 @@ from ember.dtypes import DType, from_numpy
 from ember.errors import EmberError
 from ember.graph.ir import Graph, Op, Region, TensorType, Value
 from ember.graph.ops.registry import get_opdef, has_op
+from ember.graph.symbolic import size_bounds
 
 # Constants with at most this many elements print inline; larger ones go to the table.
 INLINE_CONSTANT_LIMIT = 16
@@ -74,7 +75,9 @@ class Builder:
             if name == "constant" and attrs["name"] is not None:
                 result_types = [constant_table_type(self.graph, attrs["name"])]
             else:
-                result_types = opdef.infer_types([v.type for v in operands], attrs, regions)
+                with size_bounds(self.graph.size_bounds):
+                    result_types = opdef.infer_types([v.type for v in operands], attrs,
+                                                     regions)
         except EmberError as e:
             raise located(e, where) from None
         op = Op(name, operands, attrs, result_types, regions, loc, result_names)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ember.dtypes import DType
-from ember.graph.symbolic import Dim, is_static_shape
+from ember.graph.symbolic import Dim, is_static_shape, size_bounds
 
 if TYPE_CHECKING:
     from ember.graph.ops.registry import OpDef
@@ -192,6 +192,8 @@ class Graph:
         self.name = name
         self.body = body if body is not None else Region()
         self.constants: dict[str, np.ndarray] = constants if constants is not None else {}
+        # The most each symbolic size of the graph can be (`?s <= 512`); unnamed: no bound.
+        self.size_bounds: dict[str, int] = {}
 
     @property
     def inputs(self) -> list[Value]:
@@ -255,4 +257,8 @@ def clone_graph(graph: Graph, retype: Callable[[TensorType], TensorType] | None 
         new.outputs = [mapping[v] for v in region.outputs]
         return new
 
-    return Graph(graph.name, clone_region(graph.body), dict(graph.constants))
+    with size_bounds(graph.size_bounds):
+        body = clone_region(graph.body)
+    copy = Graph(graph.name, body, dict(graph.constants))
+    copy.size_bounds = dict(graph.size_bounds)
+    return copy

@@ -7,9 +7,11 @@ Atoms are symbols, and the floor divisions, remainders, minima and maxima that d
 simplify. Arithmetic with ints and other dims is closed (an expression that folds to a
 constant is an `int`), so shape inference written for ints works on dims unchanged.
 
-A symbol stands for a size of at least 1. What depends on a value (a comparison, `range`,
-an int attribute that must be a number) is decided from that bound when it can be (`?b*128
->= 128` holds) and raises `SymbolicShapeError` when it cannot (`?b >= 2`): the op that
+A symbol stands for a size of at least 1, and at most its bound where its graph declares
+one (`size_bounds`: `?s <= 512`; else 2**62). What depends on a value (a comparison, `range`, an int
+attribute that must be a number) is decided from those bounds when it can be (`?b*128 >=
+128` holds; `min(?s, 512)` is `?s` under `?s <= 512`) and raises `SymbolicShapeError`
+when it cannot (`?b >= 2`): the op that
 needs it names itself in the message, and the frontend specializes instead. A symbol is
 never taken to be 1 where that decides a broadcast: `[?b]` with `[?c]` does not broadcast
 (nor does NumPy's rule say it might); `[?b]` with `[1]` does.
@@ -17,8 +19,12 @@ never taken to be 1 where that decides a broadcast: `[?b]` with `[?c]` does not 
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Iterable, Mapping
+import types
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Union
 
 from ember.errors import ShapeError
@@ -440,30 +446,67 @@ def _evaluate_atom(atom: Atom, env: Mapping[str, int]) -> int:
     return _FUNCTIONS[op](evaluate(a, env), evaluate(b, env))
 
 
-def _lower_bound(x: DimLike) -> float:
-    """The least value of `x` with every symbol at least 1 (and div, mod, min, max of sizes
-    at least 0); -inf where a negative term leaves it open."""
+def _interval(x: DimLike) -> tuple[float, float]:
+    """The least and the greatest value of `x`: each symbol between 1 and its bound (the
+    active `size_bounds`; none: unbounded), div, mod, min and max of sizes from theirs."""
     if not isinstance(x, Dim):
-        return x
-    total: float = 0
+        return x, x
+    low = high = 0.0
     for m, c in x.terms:
-        if not m:
-            total += c
-        elif c < 0:
-            return float("-inf")
-        else:
-            least = 1
-            for atom in m:
-                least *= 1 if isinstance(atom, str) else 0
-            total += c * least
-    return total
+        m_low, m_high = 1.0, 1.0
+        for atom in m:  # every atom is a size, at least 0: the product's ends multiply
+            a_low, a_high = _atom_interval(atom)
+            m_low *= a_low
+            m_high = 0.0 if 0 in (m_high, a_high) else m_high * a_high
+        ends = (c * m_low, c * m_high)
+        low, high = low + min(ends), high + max(ends)
+    return low, high
+
+
+def _atom_interval(atom: Atom) -> tuple[float, float]:
+    if isinstance(atom, str):
+        return 1, _BOUNDS.get().get(atom, LARGEST_SIZE)
+    op, a, b = atom
+    (a_low, a_high), (b_low, b_high) = _interval(a), _interval(b)
+    if op == "div":
+        return (max(0, math.floor(a_low / b_high)) if b_high < math.inf else 0,
+                math.floor(a_high / b_low) if a_high < math.inf else math.inf)
+    if op == "mod":
+        return 0, max(0, min(a_high, b_high - 1))
+    if op == "min":
+        return min(a_low, b_low), min(a_high, b_high)
+    return max(a_low, b_low), max(a_high, b_high)
 
 
 def _decide_at_least(x: DimLike, least: int, claim: str) -> bool:
     """Whether x >= least, from the symbols' bounds; SymbolicShapeError when they do not
     tell."""
-    if _lower_bound(x) >= least:
+    low, high = _interval(x)
+    if low >= least:
         return True
-    if _lower_bound(-x) > -least:  # x < least for every value
+    if high < least:
         return False
     raise SymbolicShapeError(f"whether {claim} depends on the sizes at call time")
+
+
+# The bound of a size its graph does not bound: sizes index memory in i64, and
+# `x[i:sys.maxsize]` (PyTorch's "to the end") must read as the end.
+LARGEST_SIZE = 1 << 62
+
+# The upper bounds of the sizes whose types are being inferred: a graph's `size_bounds`,
+# set by the builder and the verifier around each op's inference (as a ShapeEnv is).
+_BOUNDS: ContextVar[Mapping[str, int]] = ContextVar(
+    "ember_size_bounds", default=types.MappingProxyType({}))
+
+
+@contextmanager
+def size_bounds(bounds: Mapping[str, int]) -> Iterator[None]:
+    """Within: each size named in `bounds` is at most its value."""
+    if not bounds:
+        yield
+        return
+    token = _BOUNDS.set({**_BOUNDS.get(), **bounds})
+    try:
+        yield
+    finally:
+        _BOUNDS.reset(token)

@@ -12,6 +12,7 @@ from ember.errors import EmberError, VerificationError
 from ember.graph.builder import constant_table_type
 from ember.graph.ir import Graph, Op, Region, TensorType, Value
 from ember.graph.ops.registry import get_opdef, has_op
+from ember.graph.symbolic import size_bounds
 
 
 def verify_graph(graph: Graph) -> Graph:
@@ -74,8 +75,9 @@ class _Verifier:
             if op.name == "constant" and normalized["name"] is not None:
                 inferred = [constant_table_type(self.graph, normalized["name"])]
             else:
-                inferred = opdef.infer_types([v.type for v in op.operands], normalized,
-                                             op.regions)
+                with size_bounds(self.graph.size_bounds):
+                    inferred = opdef.infer_types([v.type for v in op.operands], normalized,
+                                                 op.regions)
         except EmberError as e:
             raise VerificationError(f"{where}: {e}") from None
         if set(op.attrs) != set(normalized):

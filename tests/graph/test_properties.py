@@ -37,19 +37,23 @@ def test_print_parse_round_trip(case) -> None:
     assert_same(interpret(parsed, inputs), interpret(graph, inputs))
 
 
-@settings(max_examples=150, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(random_graphs())
-def test_passes_preserve_values(case) -> None:
-    graph, inputs = case
+def assert_passes_preserve_values(graph, inputs) -> None:
+    """Each graph pass alone, then the default pipeline, computes the graph's values.
+    Folding evaluates ops by the interpreter's own semantics, so the values match exactly
+    (NaN positions and all)."""
     text = print_graph(graph)
     want = interpret(graph, inputs)
     for graph_pass in [*all_passes(), None]:
         names = [graph_pass.name] if graph_pass else DEFAULT_PIPELINE
         optimized = run_passes(parse_graph(text), names, verify_each=True)
-        # Folding evaluates ops by the interpreter's own semantics, so the values match
-        # exactly (NaN positions and all).
         assert_same(interpret(optimized, inputs), want)
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(random_graphs())
+def test_passes_preserve_values(case) -> None:
+    assert_passes_preserve_values(*case)
 
 
 # -- symbolic sizes ------------------------------------------------------------------------
@@ -76,10 +80,4 @@ def test_symbolic_graphs_round_trip_and_bind(case) -> None:
 def test_passes_preserve_values_on_symbolic_graphs(case) -> None:
     """Every graph pass runs on a graph of symbolic sizes, and the values it computes at
     the inputs' sizes are the unoptimized graph's."""
-    graph, inputs = case
-    text = print_graph(graph)
-    want = interpret(graph, inputs)
-    for graph_pass in [*all_passes(), None]:
-        names = [graph_pass.name] if graph_pass else DEFAULT_PIPELINE
-        optimized = run_passes(parse_graph(text), names, verify_each=True)
-        assert_same(interpret(optimized, inputs), want)
+    assert_passes_preserve_values(*case)

@@ -21,6 +21,7 @@ from ember.graph.symbolic import (
     floor_div,
     modulo,
     parse_dim,
+    size_bounds,
     size_hint,
     symbol,
 )
@@ -189,3 +190,41 @@ def test_compiled_code_per_binding_is_cached_and_bounded() -> None:
     assert run.evictions == 2 and len(run.runners) == 2
     with pytest.raises(ShapeError, match=r"dim 1 is 15, expected 16"):
         run(np.zeros((2, 15), np.float32))
+
+
+# -- bounds ----------------------------------------------------------------------------------
+def test_bounds_decide_what_the_size_alone_does_not() -> None:
+    with pytest.raises(SymbolicShapeError):
+        S <= 512  # noqa: B015
+    with size_bounds({"s": 512}):
+        assert S <= 512 and min(S, 512) == S and dim_min(S, 600) == S
+        assert floor_div(S, 2) <= 256 and modulo(S, 8) < 8
+        with pytest.raises(SymbolicShapeError, match=r"\?s <= 100"):
+            S <= 100  # noqa: B015
+    assert B < 9223372036854775807  # every size fits an i64 index (x[i:sys.maxsize])
+
+
+def _bounded() -> ember.Graph:
+    g = Builder("bounded")
+    g.graph.size_bounds["s"] = 512
+    x = g.input("x", DType.f32, (B, S))
+    table = g.constant(np.arange(512, dtype=np.float32).reshape(1, 512))
+    with size_bounds(g.graph.size_bounds):  # as an importer converts: end = min(?s, 512)
+        end = min(S, 512)
+    g.output(g.add(x, g.slice(table, starts=(0, 0), ends=(1, end), steps=(1, 1))))
+    return g.build()
+
+
+def test_a_graph_declares_its_bounds_in_its_text_and_calls_are_checked() -> None:
+    graph = _bounded()
+    text = print_graph(graph)
+    assert ") where ?s <= 512 {" in text
+    parsed = parse_graph(text)
+    assert parsed.size_bounds == {"s": 512} and print_graph(parsed) == text
+    x = np.ones((2, 7), np.float32)
+    np.testing.assert_array_equal(interpret(parsed, [x])[0], 1 + np.tile(np.arange(7), (2, 1)))
+    with pytest.raises(ShapeError, match=r"the size \?s is 513 .*above its bound 512"):
+        bind_sizes(parsed, [(2, 513)])
+    with pytest.raises(ParseError, match="at least 1"):
+        parse_graph(text.replace("<= 512", "<= 0"))
+    assert "where" not in print_graph(specialize(graph, {"b": 2, "s": 7}))

@@ -105,6 +105,23 @@ def to_dim(size: Any, what: str = "a size") -> int | Dim:
     raise UnsupportedOpError(f"{what}: {size!r} is not a size")
 
 
+def size_bounds_of(vals: Sequence[Any]) -> dict[str, int]:
+    """The upper bounds PyTorch knows of the symbols in these (fake) tensors' shapes and
+    SymInts (a guard such as `seq <= 512` that tracing added): name -> bound."""
+    bounds: dict[str, int] = {}
+    for val in vals:
+        sizes = val.shape if isinstance(val, torch.Tensor) else [val]
+        for size in sizes:
+            if not isinstance(size, torch.SymInt):
+                continue
+            ranges = size.node.shape_env.var_to_range
+            for sym in size.node.expr.free_symbols:
+                upper = ranges[sym].upper if sym in ranges else None
+                if upper is not None and upper.is_Integer:  # (int_oo says it is finite)
+                    bounds[sym.name] = int(upper)
+    return bounds
+
+
 def _sympy_dim(expr: Any, what: str) -> int | Dim:
     """A sympy size expression (torch's symbolic shapes) as a Dim."""
     import sympy

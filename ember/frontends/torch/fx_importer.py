@@ -24,13 +24,14 @@ from ember.frontends.torch.context import (
     check_result,
     find_converter,
     overload_name,
+    size_bounds_of,
     tensor_type,
     to_dim,
     to_numpy,
 )
 from ember.graph.builder import Builder, located
 from ember.graph.ir import Graph, Value
-from ember.graph.symbolic import Dim
+from ember.graph.symbolic import Dim, size_bounds
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)')
 
@@ -94,42 +95,46 @@ def import_fx_with_sizes(gm: torch.fx.GraphModule,
     constants = constants or {}
     gm.graph.eliminate_dead_code()  # raw traces keep unused nodes (max_pool's indices, say)
     b = Builder(name)
+    b.graph.size_bounds = size_bounds_of([n.meta.get("val") for n in gm.graph.nodes
+                                          if n.op == "placeholder"])
     env: dict[torch.fx.Node, Any] = {}
     outputs: list[Value] = []
     sizes: dict[int, Any] = {}
-    for node in gm.graph.nodes:
-        if _is_size(node):
-            # A size (Dynamo passes sizes as inputs; sym_size and arithmetic on sizes):
-            # its expression, which the ops that take it read as a Dim.
-            env[node] = to_dim(node.meta["val"], f"FX node {node.name}")
-        elif node.op == "placeholder":
-            if node.name in constants:
-                env[node] = b.constant(to_numpy(constants[node.name]), name=node.name)
-            else:
-                t = tensor_type(node.meta.get("val"), f"input {node.name}")
-                env[node] = b.input(node.name, t.dtype, t.shape)
-        elif node.op == "get_attr":
-            attr = _fetch_attr(gm, node.target)
-            if isinstance(attr, torch.Tensor):
-                # Under torch.compile a fake-tensor mode may be active; constants are real.
-                with unset_fake_temporarily():
-                    env[node] = b.constant(to_numpy(attr), name=node.name)
-            else:
-                env[node] = attr
-        elif node.op == "call_function":
-            env[node] = _convert(node, env, b)
-        elif node.op == "output":
-            flat = torch.utils._pytree.tree_leaves(node.args[0])
-            for position, item in enumerate(flat):
-                value = env.get(item) if isinstance(item, torch.fx.Node) else item
-                if isinstance(value, Value):
-                    outputs.append(value)
-                elif isinstance(value, (int, Dim)) and not isinstance(value, bool):
-                    sizes[position] = value
+    with size_bounds(b.graph.size_bounds):  # the converters compare sizes too
+        for node in gm.graph.nodes:
+            if _is_size(node):
+                # A size (Dynamo passes sizes as inputs; sym_size and arithmetic on sizes):
+                # its expression, which the ops that take it read as a Dim.
+                env[node] = to_dim(node.meta["val"], f"FX node {node.name}")
+            elif node.op == "placeholder":
+                if node.name in constants:
+                    env[node] = b.constant(to_numpy(constants[node.name]), name=node.name)
                 else:
-                    raise UnsupportedOpError(f"graph output {item} is not a tensor")
-        else:
-            raise UnsupportedOpError(f"FX node {node.name}: '{node.op}' nodes are not supported")
+                    t = tensor_type(node.meta.get("val"), f"input {node.name}")
+                    env[node] = b.input(node.name, t.dtype, t.shape)
+            elif node.op == "get_attr":
+                attr = _fetch_attr(gm, node.target)
+                if isinstance(attr, torch.Tensor):
+                    # Under torch.compile a fake-tensor mode may be active; constants are real.
+                    with unset_fake_temporarily():
+                        env[node] = b.constant(to_numpy(attr), name=node.name)
+                else:
+                    env[node] = attr
+            elif node.op == "call_function":
+                env[node] = _convert(node, env, b)
+            elif node.op == "output":
+                flat = torch.utils._pytree.tree_leaves(node.args[0])
+                for position, item in enumerate(flat):
+                    value = env.get(item) if isinstance(item, torch.fx.Node) else item
+                    if isinstance(value, Value):
+                        outputs.append(value)
+                    elif isinstance(value, (int, Dim)) and not isinstance(value, bool):
+                        sizes[position] = value
+                    else:
+                        raise UnsupportedOpError(f"graph output {item} is not a tensor")
+            else:
+                raise UnsupportedOpError(f"FX node {node.name}: '{node.op}' nodes are not"
+                                         " supported")
     b.output(*outputs)
     return b.build(), sizes
 

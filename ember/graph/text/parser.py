@@ -306,6 +306,19 @@ class GraphParser:
         header_token = ts.peek
         declared = self.comma_list(self.tensor_type, ")")
         ts.expect(")")
+        if ts.accept("where"):  # `where ?s <= 512, ...`: the sizes' bounds
+            while True:
+                token = ts.expect_kind("dim", "a size (?name)")
+                ts.expect("<")
+                ts.expect("=")
+                bound_token = ts.peek
+                bound = ts.expect_int("a bound")
+                if bound < 1:
+                    raise self.error(f"the bound of {token.text} is {bound}; sizes are at"
+                                     " least 1", bound_token)
+                builder.graph.size_bounds[token.text[1:]] = bound
+                if not ts.accept(","):
+                    break
         ts.expect("{")
         self.region_body(builder, "return")
         ts.expect("}")

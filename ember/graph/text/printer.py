@@ -120,7 +120,9 @@ class Printer:
         g = self.graph
         args = ", ".join(f"{self.name(a)}: {a.type}" for a in g.inputs)
         results = ", ".join(str(v.type) for v in g.outputs)
-        self.lines.append(f"graph @{g.name}({args}) -> ({results}) {{")
+        bounds = ", ".join(f"?{name} <= {bound}" for name, bound in sorted(g.size_bounds.items()))
+        where = f" where {bounds}" if bounds else ""
+        self.lines.append(f"graph @{g.name}({args}) -> ({results}){where} {{")
         self.region_body(g.body, "  ", "return")
         self.lines.append("}")
         text = "\n".join(self.lines) + "\n"

@@ -197,16 +197,34 @@ def test_dynamic_true_keeps_what_the_model_lets_vary() -> None:
     assert compiled.compilations == 1
 
 
-def test_sizes_ember_cannot_keep_symbolic_are_specialized_with_a_warning() -> None:
-    """BERT slices its position ids by the sequence length, a size below 512 that Ember's
-    symbols cannot yet bound: each shape is captured on its own, and every call matches."""
+def test_a_bounded_sequence_is_symbolic() -> None:
+    """BERT slices its 512 position ids by the sequence length: PyTorch's bound on it
+    (`?s <= 512`) comes with the capture, so one capture serves every length, and a
+    longer one is refused as the model refuses it."""
     model = small_bert()
     compiled = ember.compile(model, dynamic=True)
-    with pytest.warns(UserWarning, match="compiled per input shape"), torch.no_grad():
-        for batch, sequence in ((2, 9), (1, 5), (2, 9)):
+    with torch.no_grad():
+        for batch, sequence in ((2, 9), (1, 5), (3, 16), (1, 64)):
             ids = torch.randint(0, 1000, (batch, sequence))
             torch.testing.assert_close(compiled(ids).last_hidden_state,
                                        model(ids).last_hidden_state, atol=1e-4, rtol=1e-4)
+        assert compiled.compilations == 1
+        with pytest.raises(ember.EmberError):
+            compiled(torch.randint(0, 1000, (1, 513)))
+
+
+class TopK(torch.nn.Module):
+    def forward(self, x):
+        return x.topk(x.shape[0], dim=1).values  # torch.export keeps no size of x dynamic
+
+
+def test_sizes_that_cannot_stay_symbolic_are_specialized_with_a_warning() -> None:
+    model = TopK()
+    compiled = ember.compile(model, dynamic={"x": {0: "batch"}})
+    with pytest.warns(UserWarning, match="compiled per input shape"):
+        for batch in (3, 4, 3):
+            x = torch.randn(batch, 8)
+            torch.testing.assert_close(compiled(x), model(x))
     assert compiled.compilations == 2
 
 
