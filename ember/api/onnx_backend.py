@@ -1,9 +1,12 @@
 """`ember.onnx.backend`: the ONNX Backend API (`prepare`, `run_model`, `run_node`,
 `supports_device`), through which the onnx test runner drives a runtime.
 
-A prepared model is imported lazily, at its first run, when the input values are known:
-inputs that decide shapes (a Reshape target fed as an input, say) are specialized on
-their values, and the compiled graph is cached per input signature and those values.
+A prepared model whose inputs have dim_params is imported once with them as symbolic
+sizes (the ONNX importer's `symbolic=True`), and compiled code is made per binding of
+them. Where that import needs a size as a number, or a model has none, it is imported
+lazily, at its first run, when the input values are known: inputs that decide shapes (a
+Reshape target fed as an input, say) are specialized on their values, and the compiled
+graph is cached per input signature and those values.
 The executor is compiled code (the default) or the reference interpreter
 (`EMBER_BACKEND=interp`, or the `executor=` keyword of `prepare`).
 """
@@ -22,6 +25,7 @@ from ember.config import Config
 from ember.driver.compile import executor_for
 from ember.errors import EmberError, ShapeError
 from ember.frontends.onnx.importer import Importer, load_model
+from ember.graph.bind import bind_sizes, is_symbolic
 from ember.graph.ir import Graph
 
 
@@ -44,6 +48,7 @@ class EmberRep(BackendRep):
         self.input_names = [i.name for i in model.graph.input if i.name not in initializers]
         self.specializations: list[_Specialization] = []
         Importer(model).check_supported()  # unsupported ops fail at prepare, all at once
+        self._symbolic: tuple[Graph, Any] | None | bool = False  # False: not tried yet
 
     def _arrays(self, inputs: Any) -> list[np.ndarray]:
         if isinstance(inputs, Mapping):
@@ -72,8 +77,34 @@ class EmberRep(BackendRep):
         del self.specializations[self.config.max_specializations:]
         return self.specializations[0]
 
+    def symbolic(self) -> tuple[Graph, Any] | None:
+        """(graph, executor) of the model imported once with its dim_params as symbolic
+        sizes, or None: its inputs have none, or the import needs a size as a number (an
+        input's value that decides a shape, an op Ember cannot size symbolically)."""
+        if self._symbolic is False:
+            self._symbolic = None
+            if any(not d.HasField("dim_value") for i in self.model.graph.input
+                   if i.name in self.input_names and i.type.HasField("tensor_type")
+                   for d in i.type.tensor_type.shape.dim):
+                try:
+                    graph = Importer(self.model, symbolic=True).run()
+                except EmberError:
+                    graph = None
+                if graph is not None and is_symbolic(graph):
+                    self._symbolic = graph, executor_for(graph, self.config)
+        return self._symbolic
+
     def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
         arrays = self._arrays(inputs)
+        symbolic = self.symbolic()
+        if symbolic is not None:
+            graph, run = symbolic
+            try:
+                bind_sizes(graph, [a.shape for a in arrays])
+            except ShapeError:
+                pass  # (a shape the dim_params do not allow: the import per signature says)
+            else:
+                return tuple(run(*arrays))
         return tuple(self.graph_for(arrays).run(*arrays))
 
 

@@ -36,7 +36,8 @@ from ember.config import Config
 from ember.driver.backend import Backend, backend_for
 from ember.driver.keys import cache_key
 from ember.driver.pass_manager import PassManager, write_reproducer
-from ember.errors import CompileError, EmberError, UnsupportedOpError
+from ember.errors import CompileError, EmberError, ShapeError, UnsupportedOpError
+from ember.graph.bind import graph_symbols, is_symbolic
 from ember.graph.ir import Graph, clone_graph
 from ember.graph.passes import DEFAULT_PIPELINE, GraphPass
 from ember.runtime.cache import (
@@ -114,6 +115,12 @@ def lower_to_program(graph: Graph, config: Config, timings: dict | None = None,
     from ember.loops.verify import verify_program
     from ember.runtime.memory_plan import plan_memory
 
+    if is_symbolic(graph):
+        sizes = ", ".join(f"?{name}" for name in sorted(graph_symbols(graph)))
+        raise ShapeError(f"graph @{graph.name} has sizes known only at call time ({sizes}):"
+                         " code is compiled for numbers (ember.compile binds them per call;"
+                         " for ahead-of-time code give them, as input_shapes or with"
+                         " ember.graph.bind.specialize)")
     config = resolve(config)
     target, backend = config.target, backend_for(config.target)
     stages = _Stages({} if timings is None else timings)

@@ -228,3 +228,10 @@ def test_a_graph_declares_its_bounds_in_its_text_and_calls_are_checked() -> None
     with pytest.raises(ParseError, match="at least 1"):
         parse_graph(text.replace("<= 512", "<= 0"))
     assert "where" not in print_graph(specialize(graph, {"b": 2, "s": 7}))
+
+
+def test_ahead_of_time_code_needs_numbers_for_sizes(tmp_path) -> None:
+    with pytest.raises(ShapeError, match=r"graph @mlp has sizes known only at call time \(\?b\)"):
+        ember.export(_mlp(), None, tmp_path)
+    static = specialize(_mlp(), {"b": 2})
+    assert (ember.export(static, None, tmp_path / "static") / "model.h").exists()

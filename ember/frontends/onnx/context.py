@@ -25,6 +25,7 @@ from ember.errors import EmberError, UnsupportedOpError
 from ember.graph.builder import Builder
 from ember.graph.interp import evaluate_op
 from ember.graph.ir import Value
+from ember.graph.symbolic import size_hint
 
 if TYPE_CHECKING:
     from ember.frontends.onnx.importer import Importer
@@ -219,6 +220,8 @@ def evaluate_constant(value: Value, graph_constants: dict, cache: dict[Value, An
         if op.name == "constant":
             result = (op.attrs["value"] if op.attrs["value"] is not None
                       else graph_constants[op.attrs["name"]])
+        elif op.name == "size":  # a size of a symbolic import: an object array of it
+            result = np.array(op.attrs["value"], dtype=object)
         elif op.opdef.reference is not None:
             args = []
             for operand in op.operands:
@@ -227,7 +230,24 @@ def evaluate_constant(value: Value, graph_constants: dict, cache: dict[Value, An
                     break
                 args.append(data)
             else:
-                if sum(r.type.numel for r in op.results) <= (1 << 22):
+                if any(a.dtype == object for a in args):
+                    result = _evaluate_sizes(op, args, value.index)
+                elif sum(size_hint(r.type.numel) for r in op.results) <= (1 << 22):
                     result = evaluate_op(op, args)[value.index]
     cache[value] = result
     return result
+
+
+def _evaluate_sizes(op, args: list[np.ndarray], index: int) -> np.ndarray | None:
+    """An op of a shape computation on sizes known at call time (Shape, Gather, Concat,
+    arithmetic): its reference on object arrays of Dims, or None where that does not go
+    (the value is then not known before run time)."""
+    if not all(r.type.is_static for r in op.results) or op.results[index].dtype.is_float:
+        return None
+    try:
+        results = op.opdef.reference(*args, **op.attrs)
+        results = results if isinstance(results, (tuple, list)) else (results,)
+        result = np.asarray(results[index], dtype=object)
+    except Exception:  # noqa: BLE001  (a reference written for numbers: not a size's)
+        return None
+    return result if result.shape == op.results[index].shape else None

@@ -23,8 +23,12 @@ IR; `ember.onnx.backend` implements the ONNX Backend API (`prepare`, `run_model`
 - Every opset the installed `onnx` package knows is accepted ({max_opset} here); a
   converter handles an op from the opset in the "from opset" column on, reading the
   attributes and inputs that each later version added.
-- Symbolic dims are specialized to the shapes given in `input_shapes` (or to the shapes of
-  the first inputs, through the backend); a missing shape is a `ShapeError`.
+- Symbolic dims (dim_params, unnamed dims) are specialized to the shapes given in
+  `input_shapes`; the others stay symbolic sizes (`?batch`, docs/graph-ir.md): `Shape`
+  gives `graph.size` ops and the shape computations on them (Gather, Concat, arithmetic)
+  are evaluated on the sizes, so one import runs any size. Through the backend a model is
+  imported once that way, and per input signature where the import needs a size as a
+  number.
 - Inputs that decide a result's shape (a Reshape target, Slice bounds, TopK's k, ...)
   must be constants, or, through the backend, are specialized on their run-time values.
 - An op without a converter raises `UnsupportedOpError`; the importer lists every such

@@ -4,14 +4,17 @@
 
 Initializers become table constants; `If`, `Loop` and `Scan` become regions; every node
 goes through the converter registered for its op type (ember/frontends/onnx/ops/).
-Symbolic dims are specialized to the shapes given. Before converting anything the
-importer checks that every op of the model (subgraphs included) has a converter, and
-reports all the missing ones at once.
+Symbolic dims are specialized to the shapes given, or kept as sizes (`symbolic=True`,
+import_model's default: Shape gives `graph.size` ops, and shape computations on them
+are evaluated on the sizes). Before converting anything the importer checks that every
+op of the model (subgraphs included) has a converter, and reports all the missing ones
+at once.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections import ChainMap
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -31,6 +34,7 @@ from ember.frontends.onnx.context import (
 )
 from ember.graph.builder import Builder, located
 from ember.graph.ir import Graph, Value, sanitize_name
+from ember.graph.symbolic import symbol
 
 Scope = ChainMap  # ONNX name -> Value, with the enclosing graphs' names behind
 
@@ -68,16 +72,21 @@ def import_model(model_or_path: Any, input_shapes: Mapping[str, Sequence[int]] |
                  *, input_values: Mapping[str, np.ndarray] | None = None) -> Graph:
     """Import an ONNX model (a ModelProto, a path or bytes) as a graph.
 
-    input_shapes: concrete shapes for inputs whose dims are symbolic or unknown.
+    input_shapes: concrete shapes for inputs whose dims are symbolic or unknown; the dims
+    they leave out stay symbolic (a dim_param `batch` is the size `?batch`).
     input_values: values of graph inputs that decide shapes (a Reshape's target shape fed
     as an input, say); the graph is then specialized to them (see `Importer.specialized`).
     """
-    return Importer(load_model(model_or_path), input_shapes, input_values).run()
+    return Importer(load_model(model_or_path), input_shapes, input_values,
+                    symbolic=True).run()
 
 
 class Importer:
-    def __init__(self, model: onnx.ModelProto, input_shapes=None, input_values=None):
+    def __init__(self, model: onnx.ModelProto, input_shapes=None, input_values=None,
+                 symbolic: bool = False):
         self.model = model
+        # Symbolic: a dim_param (or an unnamed dim) of an input becomes a size symbol.
+        self.symbolic = symbolic
         self.input_shapes = {k: tuple(v) for k, v in (input_shapes or {}).items()}
         self.input_values = dict(input_values or {})
         self.opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version
@@ -141,6 +150,8 @@ class Importer:
         for dim in tensor.shape.dim:
             if dim.HasField("dim_value") and dim.dim_value >= 0:
                 dims.append(dim.dim_value)
+            elif self.symbolic:
+                dims.append(symbol(_symbol_name(dim.dim_param or f"{info.name}_{len(dims)}")))
             else:
                 name = dim.dim_param or "?"
                 raise ShapeError(f"graph input '{info.name}' has the symbolic dim '{name}';"
@@ -253,6 +264,12 @@ class Importer:
         domain = node.domain or "ai.onnx"
         name = f"'{node.name}'" if node.name else f"producing '{next(iter(node.output), '')}'"
         return f"ONNX node {name} ({domain}.{node.op_type}, opset {opset})"
+
+
+def _symbol_name(name: str) -> str:
+    """A dim_param as a size's name (letters, digits and _)."""
+    cleaned = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return cleaned if re.match(r"[A-Za-z_]", cleaned) else "d_" + cleaned
 
 
 class _Recorder(dict):

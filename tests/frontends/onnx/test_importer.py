@@ -8,6 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from ember import EmberError, ShapeError, UnsupportedOpError, interpret
+from ember.graph.symbolic import symbol
 from ember.onnx import backend, import_model
 
 
@@ -34,9 +35,53 @@ def test_import_runs_and_keeps_names_and_origins() -> None:
     assert "loc(\"onnx Add 'add0'\")" in text
 
 
-def test_symbolic_dims_need_input_shapes() -> None:
-    with pytest.raises(ShapeError, match="graph input 'x' has the symbolic dim 'N'"):
-        import_model(add_relu_model())
+def test_symbolic_dims_are_sizes_unless_given() -> None:
+    graph = import_model(add_relu_model())
+    assert graph.inputs[0].shape == (symbol("N"), 4)
+    for rows in (1, 5):
+        x = np.ones((rows, 4), np.float32)
+        np.testing.assert_array_equal(interpret(graph, [x])[0], np.tile([2, 0, 4, 0], (rows, 1)))
+    assert import_model(add_relu_model(), input_shapes={"x": (2, 4)}).inputs[0].shape == (2, 4)
+    with pytest.raises(ShapeError, match=r"dim 1 is 3, expected 4"):
+        interpret(graph, [np.ones((2, 3), np.float32)])
+
+
+def _dynamic_reshape_model() -> onnx.ModelProto:
+    """x [batch, seq, 8] -> MatMul -> Reshape to (batch, -1, 2, 2) through Shape, Gather,
+    Unsqueeze and Concat (a torch.onnx export's shape computation), Softmax."""
+    rng = np.random.default_rng(0)
+    ints = {"zero": np.array(0, np.int64), "axes0": np.array([0], np.int64),
+            "tail": np.array([-1, 2, 2], np.int64)}
+    return make_model(
+        [helper.make_node("MatMul", ["x", "w"], ["mm"]),
+         helper.make_node("Shape", ["mm"], ["shape"]),
+         helper.make_node("Gather", ["shape", "zero"], ["batch"], axis=0),
+         helper.make_node("Unsqueeze", ["batch", "axes0"], ["batch1"]),
+         helper.make_node("Concat", ["batch1", "tail"], ["target"], axis=0),
+         helper.make_node("Reshape", ["mm", "target"], ["r"]),
+         helper.make_node("Softmax", ["r"], ["y"], axis=-1)],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", None, 2, 2])],
+        [numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w"),
+         *(numpy_helper.from_array(v, k) for k, v in ints.items())])
+
+
+@pytest.mark.parametrize("executor", ["interp", "cpu"])
+def test_dynamic_axes_run_any_size_from_one_import(executor) -> None:
+    """Batch and sequence as dim_params: one symbolic import (the shape computation on
+    ?batch evaluated at import), any sizes after, matching ONNX Runtime."""
+    ort = pytest.importorskip("onnxruntime")
+    model = _dynamic_reshape_model()
+    rep = backend.prepare(model, executor=executor)
+    session = ort.InferenceSession(model.SerializeToString())
+    rng = np.random.default_rng(1)
+    for batch, seq in ((1, 3), (4, 7), (2, 1)):
+        x = rng.standard_normal((batch, seq, 8)).astype(np.float32)
+        np.testing.assert_allclose(rep.run([x])[0], session.run(None, {"x": x})[0],
+                                   rtol=1e-5, atol=1e-6)
+    graph, _ = rep.symbolic()
+    assert "graph.size {value = ?batch}" in str(graph)
+    assert rep.specializations == []  # nothing was imported per signature
 
 
 def test_model_from_path_and_bytes(tmp_path) -> None:

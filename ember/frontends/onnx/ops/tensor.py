@@ -16,12 +16,14 @@ from ember.errors import ShapeError
 from ember.frontends.onnx.context import ConvertContext, converter
 from ember.graph.ir import Value
 from ember.graph.ops.common import broadcast_shapes, normalize_axis
+from ember.graph.symbolic import Dim, is_static_shape
 
 # -- helpers -----------------------------------------------------------------------------
 
 def const_ints(ctx: ConvertContext, index: int, what: str | None = None) -> list[int]:
     """The known value of input `index` as a list of Python ints (a scalar gives one)."""
-    return [int(v) for v in np.asarray(ctx.const(index, what)).reshape(-1)]
+    return [v if isinstance(v, Dim) else int(v)  # (a size of a symbolic import)
+            for v in np.asarray(ctx.const(index, what)).reshape(-1)]
 
 
 def axis_arg(ctx: ConvertContext, axis: int, rank: int, what: str = "axis") -> int:
@@ -58,7 +60,7 @@ def slice_axes(b, x: Value, ranges: dict[int, tuple[int, int, int]]) -> Value:
 
 
 def reshape(b, x: Value, shape) -> Value:
-    shape = tuple(int(d) for d in shape)
+    shape = tuple(d if isinstance(d, Dim) else int(d) for d in shape)
     return x if shape == x.shape else b.reshape(x, shape=shape)
 
 
@@ -198,12 +200,19 @@ def shape(ctx: ConvertContext):
     x = ctx.require(0)
     # start and end (opset 15) clamp like Python slice bounds
     dims = x.shape[ctx.attr("start", 0):ctx.attr("end", x.type.rank)]
-    return ctx.constant(np.array(dims, np.int64))
+    if is_static_shape(dims):
+        return ctx.constant(np.array(dims, np.int64))
+    # Sizes known at call time: an i64 vector of `size` ops (numbers where they are).
+    parts = [ctx.b.reshape(ctx.b.size(value=d) if isinstance(d, Dim) else
+                           ctx.constant(np.array(d, np.int64)), shape=(1,)) for d in dims]
+    return ctx.b.concat(*parts, axis=0) if len(parts) > 1 else parts[0]
 
 
 @converter("Size")
 def size(ctx: ConvertContext):
-    return ctx.constant(np.array(ctx.require(0).type.numel, np.int64))
+    numel = ctx.require(0).type.numel
+    return ctx.b.size(value=numel) if isinstance(numel, Dim) else \
+        ctx.constant(np.array(numel, np.int64))
 
 
 # -- concat, split, slice ------------------------------------------------------------------
