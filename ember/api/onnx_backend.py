@@ -22,10 +22,10 @@ import onnx
 from onnx.backend.base import Backend, BackendRep
 
 from ember.config import Config
-from ember.driver.compile import executor_for
+from ember.driver.compile import SizeSpecialized, executor_for
 from ember.errors import EmberError, ShapeError
 from ember.frontends.onnx.importer import Importer, load_model
-from ember.graph.bind import bind_sizes, is_symbolic
+from ember.graph.bind import is_symbolic
 from ember.graph.ir import Graph
 
 
@@ -48,7 +48,7 @@ class EmberRep(BackendRep):
         self.input_names = [i.name for i in model.graph.input if i.name not in initializers]
         self.specializations: list[_Specialization] = []
         Importer(model).check_supported()  # unsupported ops fail at prepare, all at once
-        self._symbolic: tuple[Graph, Any] | None | bool = False  # False: not tried yet
+        self._symbolic: tuple[Graph, SizeSpecialized] | None | bool = False  # False: not tried
 
     def _arrays(self, inputs: Any) -> list[np.ndarray]:
         if isinstance(inputs, Mapping):
@@ -77,7 +77,7 @@ class EmberRep(BackendRep):
         del self.specializations[self.config.max_specializations:]
         return self.specializations[0]
 
-    def symbolic(self) -> tuple[Graph, Any] | None:
+    def symbolic(self) -> tuple[Graph, SizeSpecialized] | None:
         """(graph, executor) of the model imported once with its dim_params as symbolic
         sizes, or None: its inputs have none, or the import needs a size as a number (an
         input's value that decides a shape, an op Ember cannot size symbolically)."""
@@ -97,14 +97,9 @@ class EmberRep(BackendRep):
     def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
         arrays = self._arrays(inputs)
         symbolic = self.symbolic()
-        if symbolic is not None:
-            graph, run = symbolic
-            try:
-                bind_sizes(graph, [a.shape for a in arrays])
-            except ShapeError:
-                pass  # (a shape the dim_params do not allow: the import per signature says)
-            else:
-                return tuple(run(*arrays))
+        # (A shape that the dim_params do not allow: the import per signature says why.)
+        if symbolic is not None and symbolic[1].accepts([a.shape for a in arrays]):
+            return tuple(symbolic[1](*arrays))
         return tuple(self.graph_for(arrays).run(*arrays))
 
 

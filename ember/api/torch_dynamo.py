@@ -35,7 +35,7 @@ from ember.frontends.torch.fx_importer import (
     import_fx_with_sizes,
     unsupported_nodes,
 )
-from ember.graph.bind import bind_sizes, graph_symbols
+from ember.graph.bind import graph_symbols
 from ember.graph.symbolic import evaluate, symbols_in
 
 # graphs: graphs Dynamo handed over; dynamic_graphs: those with symbolic sizes, and
@@ -155,7 +155,7 @@ class _SymbolicSizes:
         counters["evictions"] += sizes.evictions - before[1]
         if not self.sizes:
             return results
-        env = bind_sizes(self.graph, shapes)
+        env = sizes.binding(shapes)
         values = iter(results)
         return [evaluate(self.sizes[k], env) if k in self.sizes else next(values)
                 for k in range(self.outputs)]

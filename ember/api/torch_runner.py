@@ -17,7 +17,7 @@ from ember.driver.compile import SizeSpecialized, executor_for
 from ember.dtypes import DType
 from ember.errors import ShapeError
 from ember.frontends.torch.context import to_dtype, to_torch_dtype
-from ember.graph.bind import bind_sizes, is_symbolic
+from ember.graph.bind import is_symbolic
 from ember.graph.ir import Graph
 from ember.loops.ir import Buffer
 from ember.runtime.executable import Executable
@@ -134,11 +134,7 @@ class SymbolicGraphRunner:
 
     def accepts(self, tensors: Sequence[Any]) -> bool:
         """Whether the graph's sizes bind to these tensors' shapes."""
-        try:
-            bind_sizes(self.graph, [tuple(t.shape) for t in tensors])
-        except ShapeError:
-            return False
-        return True
+        return self.sizes.accepts([tuple(t.shape) for t in tensors])
 
 
 def graph_runner(graph: Graph, single_output: bool = False,

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ember.config import Config
+from ember.errors import ShapeError
 from ember.graph.bind import bind_sizes, graph_symbols, is_symbolic, specialize
 from ember.graph.interp import interpret
 from ember.graph.ir import Graph
@@ -21,11 +22,11 @@ from ember.graph.ir import Graph
 def executor_for(graph: Graph, config: Config) -> Callable[..., Any]:
     """A function running `graph` on arrays: the compiled `Executable` (config.executor ==
     "cpu"), or the reference interpreter. A graph with symbolic sizes runs through
-    `SizeSpecialized`: compiled code per binding of its sizes."""
+    `SizeSpecialized`: code (or an interpreter) per binding of its sizes."""
+    if is_symbolic(graph):
+        return SizeSpecialized(graph, lambda g: executor_for(g, config),
+                               config.max_specializations)
     if config.executor == "cpu":
-        if is_symbolic(graph):
-            return SizeSpecialized(graph, lambda g: executor_for(g, config),
-                                   config.max_specializations)
         from ember.driver.pipeline import compile_graph
 
         return compile_graph(graph, config)
@@ -37,7 +38,7 @@ class SizeSpecialized:
     specialized (every size a number) and made into a runner by `make` once per binding,
     keeping the `limit` most recent (`compilations` and `evictions` count them). Code
     compiled once for every size is issue 22's next step; what this spares per new size
-    is the capture and import, and a call at a size seen before costs one lookup."""
+    is the capture and the import. A call with shapes seen before costs one lookup."""
 
     def __init__(self, graph: Graph, make: Callable[[Graph], Any], limit: int):
         self.graph = graph
@@ -47,12 +48,24 @@ class SizeSpecialized:
         self.runners: OrderedDict[tuple[int, ...], Any] = OrderedDict()
         self.compilations = 0
         self.evictions = 0
+        # shapes -> (the symbols' values, their env): what a call binds, once per shapes
+        self._bound: dict[tuple, tuple[tuple[int, ...], dict[str, int]]] = {}
+
+    def binding(self, shapes: Sequence[Sequence[int]]) -> dict[str, int]:
+        """The symbols' values for inputs of these shapes (a ShapeError when they do not
+        fit the graph's types)."""
+        return self._bind(shapes)[1]
+
+    def accepts(self, shapes: Sequence[Sequence[int]]) -> bool:
+        try:
+            self._bind(shapes)
+        except ShapeError:
+            return False
+        return True
 
     def runner(self, shapes: Sequence[Sequence[int]]) -> Any:
-        """The runner for inputs of these shapes (a ShapeError when they do not fit the
-        graph's types)."""
-        env = bind_sizes(self.graph, shapes)
-        key = tuple(env[s] for s in self.symbols)
+        """The runner for inputs of these shapes, made at the first call that binds them."""
+        key, env = self._bind(shapes)
         runner = self.runners.get(key)
         if runner is not None:
             self.runners.move_to_end(key)
@@ -64,6 +77,17 @@ class SizeSpecialized:
             self.runners.popitem(last=False)
             self.evictions += 1
         return runner
+
+    def _bind(self, shapes: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], dict[str, int]]:
+        shapes = tuple(tuple(s) for s in shapes)
+        bound = self._bound.get(shapes)
+        if bound is None:
+            env = bind_sizes(self.graph, shapes)
+            bound = tuple(env[s] for s in self.symbols), env
+            if len(self._bound) >= 16 * self.limit:  # a bound on what a ragged stream keeps
+                self._bound.clear()
+            self._bound[shapes] = bound
+        return bound
 
     def __call__(self, *arrays: Any, **kwargs: Any) -> Any:
         arrays = tuple(np.asarray(a) for a in arrays)

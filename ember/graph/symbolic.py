@@ -104,24 +104,16 @@ class Dim:
     __rmul__ = __mul__
 
     def __floordiv__(self, other: Any) -> DimLike:
-        if not _is_dimlike(other):
-            return NotImplemented
-        return floor_div(self, other)
+        return floor_div(self, other) if _is_dimlike(other) else NotImplemented
 
     def __rfloordiv__(self, other: Any) -> DimLike:
-        if not _is_dimlike(other):
-            return NotImplemented
-        return floor_div(other, self)
+        return floor_div(other, self) if _is_dimlike(other) else NotImplemented
 
     def __mod__(self, other: Any) -> DimLike:
-        if not _is_dimlike(other):
-            return NotImplemented
-        return modulo(self, other)
+        return modulo(self, other) if _is_dimlike(other) else NotImplemented
 
     def __rmod__(self, other: Any) -> DimLike:
-        if not _is_dimlike(other):
-            return NotImplemented
-        return modulo(other, self)
+        return modulo(other, self) if _is_dimlike(other) else NotImplemented
 
     # -- comparison -------------------------------------------------------------------------
     def __eq__(self, other: Any) -> bool:

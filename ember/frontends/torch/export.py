@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,7 +22,7 @@ def capture_program(module: torch.nn.Module, args: Sequence[Any], kwargs: dict |
     if not isinstance(module, torch.nn.Module):
         raise EmberError(f"expected a torch.nn.Module, got {type(module).__name__}")
     module.eval()
-    shapes = dynamic_shapes(dynamic, tuple(args), dict(kwargs or {}))
+    shapes = dynamic_shapes(dynamic, module, tuple(args), dict(kwargs or {}))
     try:
         with torch.no_grad():
             program = torch.export.export(module, tuple(args), dict(kwargs or {}),
@@ -37,7 +38,7 @@ def capture_program(module: torch.nn.Module, args: Sequence[Any], kwargs: dict |
     return program, program.module_call_graph[0].signature.out_spec
 
 
-def dynamic_shapes(dynamic: Any, args: tuple, kwargs: dict) -> Any:
+def dynamic_shapes(dynamic: Any, module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
     """torch.export's `dynamic_shapes` for `dynamic`: None (every size static); True (every
     dim of every tensor input may vary: torch.export keeps symbolic those the model lets
     vary); or torch.export's own form (per input, by position or by the forward's
@@ -50,8 +51,12 @@ def dynamic_shapes(dynamic: Any, args: tuple, kwargs: dict) -> Any:
             return {axis: torch.export.Dim.AUTO for axis in range(x.dim())} \
                 if isinstance(x, torch.Tensor) else None
 
-        spec = torch.utils._pytree.tree_map(every_dim, args)
-        return (spec, torch.utils._pytree.tree_map(every_dim, kwargs)) if kwargs else spec
+        if not kwargs:
+            return torch.utils._pytree.tree_map(every_dim, args)
+        # With keywords, by the forward's parameter names (a tuple is positional only).
+        bound = inspect.signature(module.forward).bind(*args, **kwargs)
+        return {name: torch.utils._pytree.tree_map(every_dim, value)
+                for name, value in bound.arguments.items()}
     dims: dict[str, Any] = {}
 
     def named(x: Any) -> Any:

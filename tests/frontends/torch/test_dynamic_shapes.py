@@ -242,3 +242,18 @@ def test_dynamic_is_for_modules() -> None:
     g.output(g.neg(g.input("x", "f32", (2,))))
     with pytest.raises(ember.EmberError, match="dynamic= applies to a torch.nn.Module"):
         ember.compile(g.build(), dynamic=True)
+
+
+class Keyword(torch.nn.Module):
+    def forward(self, x, *, y):
+        return x * 2 + y
+
+
+def test_dynamic_true_with_keyword_inputs_is_one_capture() -> None:
+    """torch.export reads dynamic_shapes for keywords by the forward's parameter names."""
+    model = Keyword()
+    compiled = ember.compile(model, dynamic=True)
+    for rows in (3, 5):
+        x, y = torch.randn(rows, 4), torch.randn(rows, 4)
+        torch.testing.assert_close(compiled(x, y=y), model(x, y=y))
+    assert compiled.compilations == 1
