@@ -33,6 +33,7 @@ from ember.frontends.torch.fx_importer import (
     describe_unsupported,
     import_fx,
     import_fx_with_sizes,
+    import_fx_writing,
     unsupported_nodes,
 )
 from ember.graph.bind import graph_symbols
@@ -79,14 +80,26 @@ def backend_with(config: Config, strict: bool = False) -> Callable[..., Any]:
         counters["graphs"] += 1
         if _symbolic(fx_module):
             counters["dynamic_graphs"] += 1
-            symbolic = _SymbolicSizes.of(fx_module, config)
-            if symbolic is not None:
-                return _boxed(symbolic)
-            return _boxed(_Specializing(fx_module, strict, config))
-        compiled = _compile_graph(fx_module, inputs, strict, config)
-        return _boxed(compiled)
 
-    return aot_autograd(fw_compiler=compile_forward,
+        def build(constants: dict[str, torch.Tensor]) -> tuple[Callable[..., Any], bool]:
+            if _symbolic(fx_module):
+                symbolic = _SymbolicSizes.of(fx_module, config, constants)
+                if symbolic is not None:
+                    return symbolic, True
+                return _Specializing(fx_module, strict, config), False
+            if unsupported_nodes(fx_module):
+                return _compile_graph(fx_module, inputs, strict, config), False
+            graph, writes = import_fx_writing(fx_module, constants, name="dynamo")
+            return GraphRunner(graph, config=config, writes=writes), True
+
+        candidates = _unmutated_static_inputs(fx_module)
+        if not candidates:  # a function's graph: no parameters to wait for
+            return _boxed(build({})[0])
+        return _boxed(_FrozenParameters(fx_module, candidates, build))
+
+    # With the inputs' mutations kept in the graph (copy_ into them), Ember writes a
+    # cache's new rows into the cache itself instead of AOT Autograd copying it back.
+    return aot_autograd(fw_compiler=compile_forward, keep_inference_input_mutations=True,
                         decompositions=core_aten_decompositions())
 
 
@@ -111,26 +124,29 @@ class _SymbolicSizes:
     graph returns are computed from the binding."""
 
     def __init__(self, graph: Any, tensor_positions: list[int], sizes: dict[int, Any],
-                 outputs: int, config: Config):
+                 outputs: int, config: Config, writes: dict[int, int]):
         self.tensor_positions = tensor_positions
         self.sizes = sizes
         self.outputs = outputs
-        self.runner = SymbolicGraphRunner(graph, config=config)
+        self.runner = SymbolicGraphRunner(graph, config=config, writes=writes)
         self.graph = graph
 
     @staticmethod
-    def of(gm: torch.fx.GraphModule, config: Config) -> _SymbolicSizes | None:
-        """The symbolic runner of `gm`, or None when Ember cannot keep its sizes symbolic
+    def of(gm: torch.fx.GraphModule, config: Config,
+           constants: dict[str, torch.Tensor]) -> _SymbolicSizes | None:
+        """The symbolic runner of `gm` (the placeholders named in `constants` are those
+        tensors, and not its inputs), or None when Ember cannot keep its sizes symbolic
         (a size input that no tensor's shape gives, an op that needs a size as a number,
         an op Ember does not support): then the graph is specialized per call."""
-        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        placeholders = [n for n in gm.graph.nodes
+                        if n.op == "placeholder" and n.name not in constants]
         tensors = [i for i, n in enumerate(placeholders)
                    if isinstance(n.meta.get("val"), torch.Tensor)]
         if any(not isinstance(n.meta.get("val"), (torch.Tensor, torch.SymInt))
                for n in placeholders):
             return None
         try:
-            graph, sizes = import_fx_with_sizes(gm, name="dynamo")
+            graph, sizes, writes = import_fx_with_sizes(gm, constants, name="dynamo")
         except EmberError:
             return None
         given = graph_symbols(graph)
@@ -143,7 +159,7 @@ class _SymbolicSizes:
         output = next(n for n in gm.graph.nodes if n.op == "output")
         count = len(torch.utils._pytree.tree_leaves(output.args[0]))
         counters["symbolic_graphs"] += 1
-        return _SymbolicSizes(graph, tensors, sizes, count, config)
+        return _SymbolicSizes(graph, tensors, sizes, count, config, writes)
 
     def __call__(self, *args: Any) -> Any:
         tensors = [args[i] for i in self.tensor_positions]
@@ -216,6 +232,62 @@ class _Specializing:
             results = iter(compiled(*tensors))
             return [sizes[k] if k in sizes else next(results) for k in range(len(items))]
         return with_sizes, positions
+
+
+def _unmutated_static_inputs(gm: torch.fx.GraphModule) -> list[int]:
+    """The positions of the graph's inputs that Dynamo marked static (the module's
+    parameters and buffers, tensors at fixed addresses) and that the graph neither
+    mutates nor returns a view of: those that may be frozen into constants."""
+    from torch._functorch._aot_autograd.schemas import MutationType
+
+    context = torch._guards.TracingContext.try_get()
+    meta = getattr(context, "fw_metadata", None)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if meta is None or len(meta.input_info) != len(placeholders):
+        return []
+    aliased = {o.base_idx for o in meta.output_info if o.base_idx is not None}
+    return [i for i in meta.static_input_indices if i not in aliased
+            and meta.input_info[i].mutation_type is MutationType.NOT_MUTATED]
+
+
+class _FrozenParameters:
+    """A graph whose parameter inputs are compiled in as constants, as `ember.compile`
+    compiles a module's weights: folded, and packed for the kernels that read them (a
+    linear layer's weight is no longer transposed at every call, as it was as an input).
+    Built at the first call, which has the parameters' values. Each call checks that they
+    are the same tensors, unchanged (their version counters, which every in-place write
+    bumps, and their data pointers); a parameter that changed makes the graph compile
+    again with its new value (counted in `counters["refreezes"]`). Parameters only:
+    buffers and other static tensors (a preallocated cache) stay inputs."""
+
+    def __init__(self, gm: torch.fx.GraphModule, candidates: list[int],
+                 build: Callable[[dict[str, torch.Tensor]], tuple[Callable[..., Any], bool]]):
+        self.names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+        self.candidates = candidates
+        self.build = build
+        self.run: Callable[..., Any] | None = None
+        self.frozen: list[tuple[int, torch.Tensor, int, int]] = []
+        self.kept: list[int] = []
+
+    def __call__(self, *args: Any) -> Any:
+        if self.run is None or not self._unchanged(args):
+            self._freeze(args)
+        return self.run(*[args[i] for i in self.kept])
+
+    def _unchanged(self, args: Sequence[Any]) -> bool:
+        return all(args[i] is p and p._version == version and p.data_ptr() == address
+                   for i, p, version, address in self.frozen)
+
+    def _freeze(self, args: Sequence[Any]) -> None:
+        if self.run is not None:
+            counters["refreezes"] += 1
+        positions = [i for i in self.candidates if isinstance(args[i], torch.nn.Parameter)]
+        self.run, frozen = self.build({self.names[i]: args[i].detach() for i in positions})
+        if not frozen:  # a graph that runs with eager parts takes its parameters
+            positions = []
+        self.frozen = [(i, args[i], args[i]._version, args[i].data_ptr()) for i in positions]
+        skipped = set(positions)
+        self.kept = [i for i in range(len(args)) if i not in skipped]
 
 
 def _boxed(fn: Callable[..., Any]) -> Callable[..., Any]:

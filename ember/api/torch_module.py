@@ -9,13 +9,16 @@ transformers `DynamicCache`) is compiled through torch.compile with the ember ba
 instead, with one warning. With `dynamic=` the module is captured once with those sizes
 symbolic, and every signature that binds them shares that capture (compiled code per
 binding); a model whose sizes Ember cannot keep symbolic is captured per signature, with
-one warning.
+one warning. A compiled module reads the module's attributes, and its `generate`
+(transformers) runs the module's own with each forward compiled.
 """
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -29,6 +32,8 @@ from ember.frontends.torch import export  # by module: tests count its capture_p
 from ember.frontends.torch.fingerprint import load_entry, module_fingerprint, store_entry
 from ember.graph.symbolic import SymbolicShapeError
 
+_MISSING = object()
+
 
 class CompiledModule:
     """An nn.Module compiled per input signature; called like the module."""
@@ -39,6 +44,7 @@ class CompiledModule:
         self.strict = strict
         self.dynamic = dynamic
         self._symbolic_failed = False  # a symbolic capture failed: specialize instead
+        self._dynamo: _DynamoRunner | None = None  # torch.export failed: Dynamo captures
         self.cache: OrderedDict[tuple, Any] = OrderedDict()
         self.compilations = 0
         # The runner of the latest call that passed tensors only, positionally: the next
@@ -62,7 +68,8 @@ class CompiledModule:
             return self.cache[key]
         runner = self._symbolic_runner_for(args, kwargs)
         if runner is None:
-            runner = self._build(args, kwargs)
+            with self._forward_original():
+                runner = self._build(args, kwargs)
             self.compilations += 1
         self.cache[key] = runner
         while len(self.cache) > self.config.max_specializations:
@@ -83,6 +90,8 @@ class CompiledModule:
         return None
 
     def _build(self, args: tuple, kwargs: dict) -> Any:
+        if self._dynamo is not None:
+            return self._dynamo
         if self.dynamic is not None and not self._symbolic_failed:
             try:
                 return self._build_symbolic(args, kwargs)
@@ -104,13 +113,17 @@ class CompiledModule:
         except UnsupportedOpError:
             raise
         except EmberError as e:
-            if self.strict or not self._runs_eagerly(args, kwargs):
-                raise  # (inputs the module itself refuses: the error says what failed)
+            # Inputs the module itself refuses raise (the error says what failed); a trial
+            # run would change the state of inputs that are objects (a transformers cache).
+            if self.strict or not (_opaque(args, kwargs) or self._runs_eagerly(args, kwargs)):
+                raise
             # torch.export cannot take every model (a transformers decoder returns a
-            # DynamicCache): Dynamo captures what it can and runs the rest in Python.
+            # DynamicCache or takes a StaticCache): Dynamo captures what it can and runs
+            # the rest in Python, for this signature and every later one.
             warnings.warn(f"ember: {e}; compiling {type(self.module).__name__} through"
                           " torch.compile (Dynamo) instead", stacklevel=3)
-            return _DynamoRunner(self.module, self.config)
+            self._dynamo = _DynamoRunner(self.module, self.config, self._forward_original)
+            return self._dynamo
         try:
             runner = GraphRunner(export.import_program(program), config=self.config)
         except UnsupportedOpError:
@@ -145,6 +158,46 @@ class CompiledModule:
             return False
         return True
 
+    def __getattr__(self, name: str) -> Any:
+        """The module's attributes (`config`, `generation_config`, ...), as torch.compile's
+        wrapper gives them."""
+        if name == "module":  # not set yet (copy, unpickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.module, name)
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        """The module's own `generate` (transformers), with each forward it runs compiled:
+        the prompt's and the decode step's, each captured once per signature."""
+        with self._forward_compiled():
+            return self.module.generate(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def _forward_compiled(self) -> Iterator[None]:
+        state = self.module.__dict__
+        saved = state.get("forward", _MISSING)
+        state["forward"] = self
+        try:
+            yield
+        finally:
+            if saved is _MISSING:
+                state.pop("forward", None)
+            else:
+                state["forward"] = saved
+
+    @contextlib.contextmanager
+    def _forward_original(self) -> Iterator[None]:
+        """The module's own forward while it is captured or run eagerly, inside
+        `_forward_compiled`."""
+        state = self.module.__dict__
+        patched = state.get("forward") is self
+        if patched:
+            del state["forward"]
+        try:
+            yield
+        finally:
+            if patched:
+                state["forward"] = self
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         latest = self._latest_plain
         if latest is not None and not kwargs:
@@ -177,6 +230,14 @@ def _plain_tensors(args: tuple, kwargs: dict) -> bool:
     """Whether a call passes tensors only, positionally: its leaves are its arguments (the
     common call, which then skips the pytree walks)."""
     return not kwargs and all(type(a) is torch.Tensor for a in args)
+
+
+def _opaque(args: tuple, kwargs: dict) -> bool:
+    """Whether a call passes objects that are neither tensors nor plain values among its
+    pytree leaves (a transformers cache)."""
+    plain = (torch.Tensor, int, float, bool, str, type(None), torch.dtype, torch.device)
+    return not all(isinstance(x, plain)
+                   for x in torch.utils._pytree.tree_leaves((args, kwargs)))
 
 
 def _tensor_leaves(args: tuple, kwargs: dict) -> list[torch.Tensor]:
@@ -228,13 +289,15 @@ class _DynamoRunner:
     """A module that torch.export could not capture, compiled by torch.compile with the
     ember backend: its outputs are the module's own, whatever their structure."""
 
-    def __init__(self, module: Any, config: Config):
+    def __init__(self, module: Any, config: Config,
+                 forward_original: Callable[[], contextlib.AbstractContextManager]):
         from ember.api.torch_dynamo import backend_with
 
         self.compiled = torch.compile(module, backend=backend_with(config))
+        self.forward_original = forward_original  # (Dynamo traces the module's own)
 
     def __call__(self, args: tuple, kwargs: dict) -> Any:
-        with torch.no_grad():
+        with torch.no_grad(), self.forward_original():
             return self.compiled(*args, **kwargs)
 
     def run_plain(self, args: tuple) -> Any:

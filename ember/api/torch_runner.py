@@ -52,11 +52,18 @@ class GraphRunner:
     """Calls a graph with torch tensors; returns a list of tensors (or one tensor)."""
 
     def __init__(self, graph: Graph | None, single_output: bool = False,
-                 config: Config | None = None, executable: Any = None):
+                 config: Config | None = None, executable: Any = None,
+                 writes: dict[int, int] | None = None):
         """Runs `graph` (compiled by `config`), or an already compiled `executable` (the
-        warm path, which has no graph)."""
+        warm path, which has no graph). `writes`: graph outputs that are new values of
+        inputs (output position -> input position), written into those tensors and not
+        returned; where the graph computes one in place of its input (a scatter that is
+        the input's only reader: a cache's new rows), the kernel writes the tensor itself."""
         self.graph = graph
         self.single_output = single_output
+        self.writes = dict(writes or {})
+        self.in_place = {k: j for k, j in self.writes.items()
+                         if graph is not None and updates_in_place(graph, k, j)}
         self.run = executable if executable is not None else \
             executor_for(graph, config or Config())
         self.input_dtypes = [b.dtype for b in executable.interface.inputs] \
@@ -78,6 +85,9 @@ class GraphRunner:
                     raise ShapeError(f"input {i}: expected {dtype}, got {tensor.dtype}")
                 arrays.append(tensor_to_array(tensor))
             outputs = [array_to_tensor(a) for a in self.run(*arrays)]
+            for k, j in self.writes.items():
+                tensors[j].copy_(outputs[k])
+            outputs = [t for k, t in enumerate(outputs) if k not in self.writes]
         return outputs[0] if self.single_output else outputs
 
     def run_plain(self, tensors: Sequence[Any]) -> list[torch.Tensor] | None:
@@ -94,11 +104,21 @@ class GraphRunner:
                     and t.is_cpu and t.is_contiguous() and not t.is_neg()):
                 return None
             inputs.append(t.data_ptr())
-        outputs = [new() for new in self._new_outputs]
-        if outputs and type(outputs[0]) is not torch.Tensor:
-            return None  # a mode that makes tensors without memory (tracing: FakeTensor)
+        if not self.writes:
+            outputs = [new() for new in self._new_outputs]
+            if outputs and type(outputs[0]) is not torch.Tensor:
+                return None  # a mode that makes tensors without memory (FakeTensor)
+            self.run.run_into(inputs, [t.data_ptr() for t in outputs])
+            return outputs
+        outputs = [tensors[self.in_place[k]] if k in self.in_place else new()
+                   for k, new in enumerate(self._new_outputs)]
+        if any(type(t) is not torch.Tensor for t in outputs):
+            return None
         self.run.run_into(inputs, [t.data_ptr() for t in outputs])
-        return outputs
+        for k, j in self.writes.items():
+            if k not in self.in_place:
+                tensors[j].copy_(outputs[k])
+        return [t for k, t in enumerate(outputs) if k not in self.writes]
 
 
 def _output_maker(buffer: Buffer) -> Callable[[], torch.Tensor]:
@@ -111,16 +131,31 @@ def _output_maker(buffer: Buffer) -> Callable[[], torch.Tensor]:
     return lambda: array_to_tensor(OUTPUTS.array(buffer.shape, buffer.dtype.np))
 
 
+def updates_in_place(graph: Graph, output: int, input: int) -> bool:
+    """Whether the graph may compute output `output` in the memory of input `input`: it is
+    a scatter of that input (which copies each element to its own place, then writes the
+    updates), and the scatter is the input's only reader, so nothing reads the old value
+    after the new one is written."""
+    value, source = graph.outputs[output], graph.inputs[input]
+    op = value.producer
+    if op is None or op.name not in ("scatter_elements", "scatter_nd") or \
+            op.operands[0] is not source or any(v is source for v in op.operands[1:]):
+        return False
+    readers = [user for user in graph.walk() if any(v is source for v in user.operands)]
+    return readers == [op] and sum(v is value for v in graph.outputs) == 1
+
+
 class SymbolicGraphRunner:
     """Calls a graph with symbolic sizes with torch tensors: a `GraphRunner` (and its fast
     path) per binding of the sizes, made when a call first binds them (SizeSpecialized)."""
 
     def __init__(self, graph: Graph, single_output: bool = False,
-                 config: Config | None = None):
+                 config: Config | None = None, writes: dict[int, int] | None = None):
         config = config or Config()
         self.graph = graph
         self.sizes = SizeSpecialized(
-            graph, lambda g: GraphRunner(g, single_output, config), config.max_specializations)
+            graph, lambda g: GraphRunner(g, single_output, config, writes=writes),
+            config.max_specializations)
 
     def __call__(self, *tensors: Any) -> Any:
         return self.sizes.runner([tuple(t.shape) for t in tensors])(*tensors)

@@ -112,6 +112,8 @@ def index_put(ctx: ConvertContext, x, indices, values, accumulate=False):
     if masks:
         return _masked_put(ctx, x, indices, masks, values, accumulate)
     dims, tensors = _index_entries(ctx, x, indices)
+    if len(dims) == 1:
+        return _put_along(ctx, x, dims[0], tensors[0], values, accumulate)
     rest = [d for d in range(x.type.rank) if d not in dims]
     tuples, batch = _index_tuples(ctx, tensors)
     # values broadcast against x[indices], whose layout puts B at _batch_position.
@@ -125,6 +127,24 @@ def index_put(ctx: ConvertContext, x, indices, values, accumulate=False):
     y = ctx.b.scatter_nd(transpose(ctx, x, order), tuples, values,
                          reduction="add" if accumulate else "none")
     return transpose(ctx, y, np.argsort(order))
+
+
+def _put_along(ctx, x: Value, axis: int, index: Value, values: Value,
+               accumulate: bool) -> Value:
+    """x[..., index, ...] = values along one axis (index_copy_, a cache written at its
+    positions): a scatter along that axis, in x's own layout, where the general form
+    would move the axis to the front and back, copying x twice. The index is flattened
+    (x[idx] puts its dims where the axis was)."""
+    count = index.type.numel
+    layout = (*x.shape[:axis], count, *x.shape[axis + 1:])
+    put = (*x.shape[:axis], *index.shape, *x.shape[axis + 1:])
+    if values.shape != put:
+        values = ctx.b.broadcast(values, shape=put)
+    values = reshape(ctx, values, layout)
+    flat = reshape(ctx, ctx.as_value(index, DType.i64), (count,))
+    along = reshape(ctx, flat, tuple(count if d == axis else 1 for d in range(x.type.rank)))
+    return ctx.b.scatter_elements(x, ctx.b.broadcast(along, shape=layout), values, axis=axis,
+                                  reduction="add" if accumulate else "none")
 
 
 def _masked_put(ctx, x: Value, indices, masks, values: Value, accumulate: bool) -> Value:

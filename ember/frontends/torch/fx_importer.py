@@ -54,7 +54,14 @@ def node_location(node: torch.fx.Node) -> str:
 def unsupported_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
     return [n for n in gm.graph.nodes if n.op == "call_function"
             and n.target is not operator.getitem and not _is_size(n)
-            and find_converter(n.target) is None]
+            and not writes_input(n) and find_converter(n.target) is None]
+
+
+def writes_input(node: torch.fx.Node) -> bool:
+    """Whether `node` writes a new value into a graph input (`copy_` into a placeholder:
+    AOT Autograd's in-graph mutation of an input, a cache written in place)."""
+    return (node.op == "call_function" and node.target is torch.ops.aten.copy_.default
+            and isinstance(node.args[0], torch.fx.Node) and node.args[0].op == "placeholder")
 
 
 def _is_size(node: torch.fx.Node) -> bool:
@@ -75,20 +82,33 @@ def describe_unsupported(nodes: list[torch.fx.Node]) -> str:
 def import_fx(gm: torch.fx.GraphModule, constants: Mapping[str, torch.Tensor] | None = None,
               name: str = "main") -> Graph:
     """Import `gm`; placeholders named in `constants` become constants, the rest inputs."""
-    graph, sizes = import_fx_with_sizes(gm, constants, name)
+    graph, writes = import_fx_writing(gm, constants, name)
+    if writes:
+        raise UnsupportedOpError("the graph writes into its inputs (copy_)")
+    return graph
+
+
+def import_fx_writing(gm: torch.fx.GraphModule,
+                      constants: Mapping[str, torch.Tensor] | None = None,
+                      name: str = "main") -> tuple[Graph, dict[int, int]]:
+    """Import `gm` as `import_fx` does, where the graph may write new values into its
+    inputs (`copy_`): those values are the graph's last outputs, and output position ->
+    input position says which input each one is written into."""
+    graph, sizes, writes = import_fx_with_sizes(gm, constants, name)
     if sizes:
         position = next(iter(sizes))
         raise UnsupportedOpError(f"graph output {position} is a size, not a tensor")
-    return graph
+    return graph, writes
 
 
 def import_fx_with_sizes(gm: torch.fx.GraphModule,
                          constants: Mapping[str, torch.Tensor] | None = None,
-                         name: str = "main") -> tuple[Graph, dict[int, Any]]:
-    """Import `gm` as `import_fx` does, where some outputs may be sizes (AOT Autograd
-    returns the sizes of its graphs' outputs): the graph of the tensor outputs, and
-    position -> size (an int or a Dim of the inputs' sizes) for the others. SymInt
-    placeholders are not inputs: their values are sizes of the tensor inputs."""
+                         name: str = "main") -> tuple[Graph, dict[int, Any], dict[int, int]]:
+    """Import `gm` as `import_fx_writing` does, where some outputs may be sizes (AOT
+    Autograd returns the sizes of its graphs' outputs): the graph of the tensor outputs,
+    position -> size (an int or a Dim of the inputs' sizes) for the others, and the
+    writes into inputs. SymInt placeholders are not inputs: their values are sizes of
+    the tensor inputs."""
     missing = unsupported_nodes(gm)
     if missing:
         raise UnsupportedOpError("the graph uses " + describe_unsupported(missing))
@@ -100,6 +120,7 @@ def import_fx_with_sizes(gm: torch.fx.GraphModule,
     env: dict[torch.fx.Node, Any] = {}
     outputs: list[Value] = []
     sizes: dict[int, Any] = {}
+    written: dict[Value, Value] = {}  # graph input -> the value written into it
     with size_bounds(b.graph.size_bounds):  # the converters compare sizes too
         for node in gm.graph.nodes:
             if _is_size(node):
@@ -120,6 +141,9 @@ def import_fx_with_sizes(gm: torch.fx.GraphModule,
                         env[node] = b.constant(to_numpy(attr), name=node.name)
                 else:
                     env[node] = attr
+            elif writes_input(node):
+                target = env[node.args[0]]
+                written[target] = env[node] = _written_value(node, env[node.args[1]], target, b)
             elif node.op == "call_function":
                 env[node] = _convert(node, env, b)
             elif node.op == "output":
@@ -135,8 +159,20 @@ def import_fx_with_sizes(gm: torch.fx.GraphModule,
             else:
                 raise UnsupportedOpError(f"FX node {node.name}: '{node.op}' nodes are not"
                                          " supported")
-    b.output(*outputs)
-    return b.build(), sizes
+    positions = {id(v): i for i, v in enumerate(b.graph.inputs)}
+    writes = {len(outputs) + k: positions[id(target)] for k, target in enumerate(written)}
+    b.output(*outputs, *written.values())
+    return b.build(), sizes, writes
+
+
+def _written_value(node: torch.fx.Node, value: Any, target: Value, b: Builder) -> Value:
+    """The value that `copy_` writes into the input `target`: cast and broadcast to it."""
+    b.loc = node_location(node)
+    ctx = ConvertContext(node, b)
+    value = ctx.as_value(value, target.dtype)
+    if value.shape != target.shape:
+        value = b.broadcast(value, shape=list(target.shape))
+    return value
 
 
 def _convert(node: torch.fx.Node, env: dict, b: Builder) -> Any:

@@ -151,7 +151,15 @@ def form_attention(op: Op, b: Builder) -> list[Value] | None:
         return None
     if mask is not None and mask.dtype is not DType.f32:
         return None
+    viewed = [_unview(t) for t in (q, kt, v)]
+    outer = list(viewed[0].shape[:-2])
+    if len(outer) > len(batch) and all(list(t.shape[:-2]) == outer for t in viewed):
+        # The batched matmuls read [1, H, L, D] operands through views that drop the 1
+        # (torch's bmm); the op reads them in place, where the views would be copies.
+        q, kt, v, batch = *viewed, outer
     out = _attention(b, q, kt, v, mask, batch, 1.0, empty_rows_zero, softmax.loc)
+    if out is not None and out.shape != op.result.shape:
+        out = b.reshape(out, shape=list(op.result.shape), loc=softmax.loc)
     return None if out is None else [out]
 
 
