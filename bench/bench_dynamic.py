@@ -1,11 +1,14 @@
-"""Sizes that change: a model compiled for one shape (a capture per signature) against one
-compiled with `dynamic=True` (one capture, code compiled per size from it), on BERT
-(bert-base from its config, random weights) over sequence lengths, and an MLP over batch
-sizes. Per model: the first call at each new size (what a new size costs), then the
-steady latency at the first size (median of rounds, eager interleaved). Each way runs in
-a process of its own, with no disk cache, so that neither finds the other's code.
+"""Sizes that change: a model compiled per signature (`ember.compile(model)`: a capture,
+an import and a native compile for each new shape) against one compiled once for every
+size (`ember.compile(model, dynamic=...)`: one capture with symbolic sizes, kernels that
+take the sizes as arguments), on bert-base over sequence lengths, ResNet-50 over batches
+and an MLP over batches (all built from their configs, random weights). Per size: the
+first call (what a new size costs) and the steady latency (median of rounds, eager
+interleaved). Each way runs in a process of its own, with no disk cache, so that neither
+finds the other's code.
 
-    python bench/bench_dynamic.py [--sequences 128,129,200] [--threads 2] [--repeat 20]
+    python bench/bench_dynamic.py [--models bert,resnet50,mlp] [--sequences 1,128,512]
+                                  [--batches 1,32] [--threads 2] [--repeat 10]
 """
 
 from __future__ import annotations
@@ -32,53 +35,71 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def measure(mode: str, model, inputs_for, sizes: list[int], repeat: int) -> dict:
-    """First-call seconds per size, then the median latency at sizes[0] (and eager's)."""
+def measure(mode: str, model, inputs_for, sizes: list[int], dynamic, repeat: int) -> dict:
+    """Per size: the first call's seconds, then the median latency of Ember and eager."""
     import torch
 
     import ember
 
     config = ember.Config(disk_cache=False)
-    compiled = ember.compile(model, config=config, dynamic=True if mode == "dynamic" else None)
-    result = {"first": {}}
+    compiled = ember.compile(model, config=config,
+                             dynamic=dynamic if mode == "dynamic" else None)
+    result: dict = {}
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for size in sizes:
             x = inputs_for(size)
-            result["first"][size] = timed(lambda x=x: compiled(*x))
-        x = inputs_for(sizes[0])
-        times: dict[str, list[float]] = {"ember": [], "eager": []}
-        for _ in range(repeat):
-            times["ember"].append(timed(lambda: compiled(*x)))
-            times["eager"].append(timed(lambda: model(*x)))
-    result.update({k: statistics.median(v) for k, v in times.items()})
-    result["captures"] = compiled.compilations
-    return result
+            first = timed(lambda x=x: compiled(*x))
+            times: dict[str, list[float]] = {"ember": [], "eager": []}
+            for _ in range(repeat):
+                times["ember"].append(timed(lambda x=x: compiled(*x)))
+                times["eager"].append(timed(lambda x=x: model(*x)))
+            result[size] = {"first": first, **{k: statistics.median(v)
+                                               for k, v in times.items()}}
+    return {"sizes": result, "captures": compiled.compilations}
+
+
+def models(args) -> dict:
+    """name -> (model, inputs for a size, the sizes, what `dynamic=` names)."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    sequences = [int(s) for s in args.sequences.split(",")]
+    batches = [int(b) for b in args.batches.split(",")]
+    chosen = args.models.split(",")
+    made = {}
+    if "bert" in chosen:
+        bert = transformers.BertModel(transformers.BertConfig()).eval()
+        made["bert-base"] = (bert, lambda s: (torch.randint(0, 30522, (1, s)),), sequences,
+                             True)
+    if "resnet50" in chosen:
+        resnet = transformers.ResNetModel(transformers.ResNetConfig()).eval()
+        made["resnet-50"] = (resnet, lambda b: (torch.randn(b, 3, 224, 224),), batches,
+                             {"pixel_values": {0: "batch"}})
+    if "mlp" in chosen:
+        mlp = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(),
+                                  torch.nn.Linear(1024, 256)).eval()
+        made["mlp"] = (mlp, lambda b: (torch.randn(b, 256),), [1, 5, 17, 64],
+                       {"input": {0: "batch"}})
+    return made
 
 
 def run_mode(mode: str, args) -> dict:
     import torch
-    import transformers
 
     torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    bert = transformers.BertModel(transformers.BertConfig()).eval()
-    mlp = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(),
-                              torch.nn.Linear(1024, 256)).eval()
-    sequences = [int(s) for s in args.sequences.split(",")]
-    batches = [int(b) for b in args.batches.split(",")]
-    return {"bert-base": measure(mode, bert, lambda s: (torch.randint(0, 30522, (1, s)),),
-                                 sequences, args.repeat),
-            "mlp": measure(mode, mlp, lambda b: (torch.randn(b, 256),), batches,
-                           args.repeat)}
+    return {name: measure(mode, model, inputs_for, sizes, dynamic, args.repeat)
+            for name, (model, inputs_for, sizes, dynamic) in models(args).items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sequences", default="128,129,200")
-    parser.add_argument("--batches", default="4,5,17")
+    parser.add_argument("--models", default="bert,resnet50,mlp")
+    parser.add_argument("--sequences", default="1,128,512")
+    parser.add_argument("--batches", default="1,32")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--mode", choices=("static", "dynamic"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.mode:  # one way, in this process: JSON out
@@ -89,25 +110,25 @@ def main() -> None:
     env = {**os.environ, "EMBER_NUM_THREADS": str(args.threads)}
     results = {}
     for mode in ("static", "dynamic"):
-        done = subprocess.run([sys.executable, __file__, "--mode", mode, "--sequences",
-                               args.sequences, "--batches", args.batches, "--threads",
-                               str(args.threads), "--repeat", str(args.repeat)],
+        done = subprocess.run([sys.executable, __file__, "--mode", mode, "--models",
+                               args.models, "--sequences", args.sequences, "--batches",
+                               args.batches, "--threads", str(args.threads), "--repeat",
+                               str(args.repeat)],
                               env=env, stdout=subprocess.PIPE, text=True, check=True)
         results[mode] = json.loads(done.stdout.strip().splitlines()[-1])
     print(f"Machine: {machine()}; {args.threads} thread(s).\n")
-    print("| model | what | per signature | dynamic=True | per signature / dynamic |")
-    print("|---|---|---:|---:|---:|")
+    print("| model | size | first call: per signature | every size | latency: per signature"
+          " | every size | every size / per signature | eager |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, static in results["static"].items():
         dynamic = results["dynamic"][name]
-        for size, seconds in static["first"].items():
-            other = dynamic["first"][size]
-            print(f"| {name} | first call at {size} | {seconds * 1e3:.0f} ms |"
-                  f" {other * 1e3:.0f} ms | {seconds / other:.2f} |")
-        first = next(iter(static["first"]))
-        print(f"| {name} | latency at {first} (eager {static['eager'] * 1e3:.2f} /"
-              f" {dynamic['eager'] * 1e3:.2f} ms) | {static['ember'] * 1e3:.2f} ms |"
-              f" {dynamic['ember'] * 1e3:.2f} ms | {static['ember'] / dynamic['ember']:.2f} |")
-        print(f"| {name} | captures | {static['captures']} | {dynamic['captures']} | |")
+        for size, one in static["sizes"].items():
+            other = dynamic["sizes"][size]
+            print(f"| {name} | {size} | {one['first'] * 1e3:.0f} ms |"
+                  f" {other['first'] * 1e3:.0f} ms | {one['ember'] * 1e3:.2f} ms |"
+                  f" {other['ember'] * 1e3:.2f} ms | {other['ember'] / one['ember']:.2f} |"
+                  f" {other['eager'] * 1e3:.2f} ms |")
+        print(f"| {name} | captures | {static['captures']} | {dynamic['captures']} | | | | |")
 
 
 if __name__ == "__main__":

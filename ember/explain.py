@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 
 from ember.errors import EmberError
+from ember.graph.bind import bind_shapes
+from ember.graph.symbolic import evaluate, parse_dim
 from ember.runtime.executable import scratch_arrays
 
 
@@ -130,6 +132,7 @@ def explain(compiled: Any, measure: bool = True, budget_seconds: float = 0.2) ->
     table = executable.notes.get("kernel_table")
     if table is None:
         raise EmberError("this executable carries no kernel table (built by an older Ember?)")
+    table = _bound_table(executable, table)
     kernels = [KernelInfo(k["name"], list(k["ops"]), k["origin"], int(k["bytes"]),
                           int(k.get("flops", 0)), k.get("schedule", "")) for k in table]
     report = Report(kernels, dict(executable.notes.get("timings", {})))
@@ -140,13 +143,14 @@ def explain(compiled: Any, measure: bool = True, budget_seconds: float = 0.2) ->
 
     limits = machine_limits(this_machine())
     steps = executable.notes.get("steps")
-    in_sequence = _time_steps(executable, steps, budget_seconds * len(kernels)) \
+    in_sequence = _time_steps(executable, steps, budget_seconds * len(kernels), table) \
         if steps is not None else None
     timed = []
     for info, entry in zip(kernels, table):
         seconds = in_sequence.get(info.name) if in_sequence is not None else None
         if seconds is None:  # not in the steps (or no steps): alone, on scratch buffers
-            seconds = _time_kernel(executable, info.name, entry["params"], budget_seconds)
+            seconds = _time_kernel(executable, info.name, entry["params"], budget_seconds,
+                                   entry.get("size_values", []))
         bound = max(info.flops / (limits.peak_gflops * 1e9), info.bytes / (limits.bandwidth_gbs
                                                                            * 1e9))
         timed.append(replace(info, seconds=seconds, bound_seconds=bound))
@@ -155,11 +159,57 @@ def explain(compiled: Any, measure: bool = True, budget_seconds: float = 0.2) ->
                   "in sequence" if in_sequence is not None else "alone")
 
 
+def _sizes(executable: Any) -> dict[str, int]:
+    """The sizes of the latest call of code compiled for every size (none for other code):
+    what its report is of."""
+    shapes = getattr(executable, "latest", None)
+    if not executable.interface.sizes:
+        return {}
+    if shapes is None:
+        raise EmberError("code compiled for every size is explained at the sizes of its"
+                         " latest call: call it once first")
+    return executable.env[shapes] if shapes in executable.env else \
+        bind_shapes("explain", [b.name for b in executable.interface.inputs],
+                    [b.shape for b in executable.interface.inputs], shapes, {})
+
+
+def _bound(shape: list, env: dict[str, int]) -> list[int]:
+    return [evaluate(parse_dim(d), env) if isinstance(d, str) else d for d in shape]
+
+
+def _bound_table(executable: Any, table: list[dict]) -> list[dict]:
+    """The kernel table at the sizes of the latest call (kernels of every size note their
+    sizes as text), each kernel's size arguments' values added."""
+    env = _sizes(executable)
+    if not env:
+        return table
+    return [{**k, "bytes": _bound([k["bytes"]], env)[0],
+             "params": [[t, _bound(shape, env)] for t, shape in k["params"]],
+             "size_values": [env[n] for n in k.get("sizes", [])]} for k in table]
+
+
 def _scratch_io(executable: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Scratch inputs and outputs for a whole run of `executable`."""
-    iface = executable.interface
-    return tuple(scratch_arrays([[b.dtype.value, list(b.shape)] for b in buffers])
+    """Scratch inputs and outputs for a whole run of `executable` (at its latest call's
+    sizes)."""
+    iface, env = executable.interface, _sizes(executable)
+    return tuple(scratch_arrays([[b.dtype.value, _bound(list(map(_text, b.shape)), env)]
+                                 for b in buffers])
                  for buffers in (iface.inputs, iface.outputs))
+
+
+def _text(d: Any) -> Any:
+    return d if isinstance(d, int) else str(d)
+
+
+def _kernel_call(executable: Any, name: str, pointers: list, sizes: list[int]):
+    """A kernel of `executable` as a function of no arguments: its buffers' `pointers`,
+    then its size arguments."""
+    import ctypes
+
+    fn = executable.engine.function(name, None, *([ctypes.c_void_p] * len(pointers)),
+                                    *([ctypes.c_int64] * len(sizes)))
+    args = [*pointers, *(ctypes.c_int64(v) for v in sizes)]
+    return lambda: fn(*args)
 
 
 def _repeat(fn, budget: float) -> float:
@@ -174,16 +224,17 @@ def _repeat(fn, budget: float) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def _time_kernel(executable: Any, name: str, params: list, budget: float) -> float:
+def _time_kernel(executable: Any, name: str, params: list, budget: float,
+                 sizes: list[int]) -> float:
     import ctypes
 
-    fn = executable.engine.kernel(name, len(params))
     arrays = scratch_arrays(params)
-    pointers = [ctypes.c_void_p(a.ctypes.data) for a in arrays]
-    return _repeat(lambda: fn(*pointers), budget)
+    return _repeat(_kernel_call(executable, name, [ctypes.c_void_p(a.ctypes.data)
+                                                   for a in arrays], sizes), budget)
 
 
-def _time_steps(executable: Any, steps: list, budget: float) -> dict[str, float]:
+def _time_steps(executable: Any, steps: list, budget: float, table: list[dict]
+                ) -> dict[str, float]:
     """Seconds per inference of each kernel, run in its place in the program on the
     program's own buffers: the median over rounds of the whole step sequence, for about
     `budget` seconds (at least 3 rounds), after one inference that fills the arena."""
@@ -192,16 +243,17 @@ def _time_steps(executable: Any, steps: list, budget: float) -> dict[str, float]
     inputs, outputs = _scratch_io(executable)
     executable(*inputs, out=outputs)
     address = executable.buffer_addresses(inputs, outputs)
-    calls = [(name, executable.engine.kernel(name, len(args)),
-              [ctypes.c_void_p(address[a]) for a in args]) for name, args in steps]
+    sizes = {k["name"]: k.get("size_values", []) for k in table}
+    calls = [(name, _kernel_call(executable, name, [ctypes.c_void_p(address[a]) for a in args],
+                                 sizes.get(name, []))) for name, args in steps]
     rounds: list[dict[str, float]] = []
     deadline = time.perf_counter() + budget
     with executable.arena_lock:  # no call may run on the arena meanwhile
         while len(rounds) < 3 or (time.perf_counter() < deadline and len(rounds) < 1000):
             spent: dict[str, float] = {}
-            for name, fn, pointers in calls:
+            for name, call in calls:
                 start = time.perf_counter()
-                fn(*pointers)
+                call()
                 spent[name] = spent.get(name, 0.0) + time.perf_counter() - start
             rounds.append(spent)
     return {name: sorted(r[name] for r in rounds)[len(rounds) // 2] for name in rounds[0]}
@@ -225,6 +277,11 @@ def _latest_executable(obj: Any) -> Any:
             obj = next(reversed(obj.cache.values()), None)
         elif hasattr(obj, "graph_runner"):
             obj = obj.graph_runner
+        elif hasattr(obj, "sizes") and hasattr(obj.sizes, "generic"):  # symbolic sizes
+            sizes = obj.sizes
+            obj = sizes.generic or next(reversed(sizes.runners.values()), None)
+        elif hasattr(obj, "generic") and hasattr(obj, "runners"):  # a SizeSpecialized
+            obj = obj.generic or next(reversed(obj.runners.values()), None)
         elif hasattr(obj, "run"):
             obj = obj.run
         else:

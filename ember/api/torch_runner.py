@@ -14,13 +14,14 @@ import torch
 
 from ember.config import Config
 from ember.driver.compile import SizeSpecialized, executor_for
+from ember.driver.pipeline import compile_graph
 from ember.dtypes import DType
 from ember.errors import ShapeError
 from ember.frontends.torch.context import to_dtype, to_torch_dtype
 from ember.graph.bind import is_symbolic
 from ember.graph.ir import Graph
 from ember.loops.ir import Buffer
-from ember.runtime.executable import Executable
+from ember.runtime.executable import Executable, SizedExecutable
 from ember.runtime.pool import OUTPUTS
 
 
@@ -70,7 +71,8 @@ class GraphRunner:
             if executable is not None else [v.dtype for v in graph.inputs]
         # Compiled code takes tensors by their data addresses, with no NumPy views between:
         # the views cost more than the kernels of a small model.
-        compiled = isinstance(self.run, Executable)
+        # (Code of every size binds its sizes from the arrays: it takes the general path.)
+        compiled = isinstance(self.run, Executable) and not isinstance(self.run, SizedExecutable)
         self._expected = [(to_torch_dtype(b.dtype), b.shape) for b in self.run.input_types] \
             if compiled else None
         self._new_outputs = [_output_maker(b) for b in self.run.output_types] \
@@ -153,9 +155,14 @@ class SymbolicGraphRunner:
                  config: Config | None = None, writes: dict[int, int] | None = None):
         config = config or Config()
         self.graph = graph
+        generic = None
+        if config.executor == "cpu":
+            def generic(g: Graph) -> GraphRunner:
+                return GraphRunner(g, single_output, config, compile_graph(g, config), writes)
+
         self.sizes = SizeSpecialized(
             graph, lambda g: GraphRunner(g, single_output, config, writes=writes),
-            config.max_specializations)
+            config.max_specializations, generic)
 
     def __call__(self, *tensors: Any) -> Any:
         return self.sizes.runner([tuple(t.shape) for t in tensors])(*tensors)

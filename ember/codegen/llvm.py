@@ -23,6 +23,7 @@ the element type); aligning to 64 bytes lets later vector code use aligned acces
 from __future__ import annotations
 
 import contextlib
+import operator
 from collections.abc import Callable, Iterator, Sequence
 
 from llvmlite import ir
@@ -51,6 +52,7 @@ from ember.codegen.vector import (
     streaming_width,
 )
 from ember.dtypes import DType
+from ember.graph.symbolic import DimLike, definitely, is_symbolic
 from ember.loops.analysis import flatten_dims
 from ember.loops.ir import (
     INDEX,
@@ -75,8 +77,10 @@ from ember.loops.ir import (
     Store,
     Unary,
     Var,
+    dim_expr,
     operands,
     row_major_strides,
+    size_var,
     walk_expr,
     walk_stmts,
 )
@@ -84,6 +88,9 @@ from ember.loops.verify import interval
 
 VOID = ir.VoidType()
 ENTRY_ARGS = ("inputs", "outputs", "constants", "arena")
+# The entry of a program compiled for every size (`Program.sizes`) also takes the sizes, and
+# the temps' offsets in the arena for them.
+SIZED_ENTRY_ARGS = ("sizes", "offsets")
 # Locals start on a cache line, as the arena's buffers do: a vector load that straddles two
 # lines costs two (a packed B panel read one 64-byte vector per row, 16-byte aligned on the
 # stack, ran at 0.87x torch.matmul on Sapphire Rapids; docs/benchmarks.md).
@@ -117,8 +124,13 @@ class KernelEmitter:
         self.start = fn.append_basic_block("start")
         self.b = ir.IRBuilder(self.start)
         self.buffers: dict[str, tuple[ir.Value, Buffer]] = {}
+        self.vars: dict[str, ir.Value] = {}  # loop variable -> the i64 slot holding its value
         if not in_parallel:  # an outlined body gets its parameters from its data struct
             self.buffers.update((p.name, (arg, p)) for arg, p in zip(fn.args, kernel.params))
+            for arg, size in zip(fn.args[len(kernel.params):], kernel.sizes):
+                slot = self.allocas.alloca(I64, name=size)
+                self.allocas.store(arg, slot)
+                self.vars[size_var(size).name] = slot
         for local in kernel.locals if locals_ is None else locals_:
             slot = self.allocas.alloca(ir.ArrayType(storage_type(local.dtype), local.numel),
                                        name=local.name)
@@ -126,7 +138,6 @@ class KernelEmitter:
             self.buffers[local.name] = (slot, local)
         self.local_names = {local.name for local in kernel.locals}
         self.shapes = {b.name: b.shape for b in (*kernel.params, *kernel.locals)}
-        self.vars: dict[str, ir.Value] = {}  # loop variable -> the i64 slot holding its value
         self.ranges: dict[str, tuple[int, int]] = {}  # loop variable -> its values, if known
         self.in_parallel = in_parallel  # inside an outlined parallel body: loops run serially
         # Loads of the unrolled copy being emitted -> their vector, from a block that the
@@ -267,7 +278,7 @@ class KernelEmitter:
         for i, stride in zip(index, row_major_strides(shape)):
             term = self.index(i)
             if stride != 1:
-                term = b.mul(term, ir.Constant(I64, stride))
+                term = b.mul(term, self.stride(stride))
             offset = term if offset is None else b.add(offset, term)
         if name in self.local_names:  # llvmlite's alloca is a typed pointer to an array
             offset = ir.Constant(I64, 0) if offset is None else offset
@@ -275,6 +286,11 @@ class KernelEmitter:
         if offset is None:
             return base, buf
         return b.gep(base, [offset], inbounds=True, source_etype=storage_type(buf.dtype)), buf
+
+    def stride(self, stride: DimLike) -> ir.Value:
+        """An element stride as i64: a constant, or computed from the size arguments."""
+        return self.index(dim_expr(stride)) if is_symbolic(stride) else \
+            ir.Constant(I64, stride)
 
     def const(self, e: Const) -> ir.Value:
         return constant(e.value, e.dtype)
@@ -319,7 +335,7 @@ class KernelEmitter:
         shape = self.buffers[e.buffer][1].shape
         for i, dim in zip(e.index, shape):
             span = interval(i, self.ranges)
-            if span is None or span[0] < 0 or span[1] >= dim:
+            if span is None or span[0] < 0 or not definitely(operator.lt, span[1], dim):
                 return False
         return True
 
@@ -408,10 +424,14 @@ def emit_if(b: ir.IRBuilder, cond: ir.Value, s: If,
 
 
 def declare_kernel(module: ir.Module, kernel: Kernel) -> ir.Function:
-    fn = ir.Function(module, ir.FunctionType(VOID, [PTR] * len(kernel.params)), kernel.name)
+    """`void @name(ptr %buffer..., i64 %size...)`: a pointer per parameter, then the sizes
+    known only at call time that the kernel reads (`Kernel.sizes`)."""
+    sizes = kernel.sizes
+    fn = ir.Function(module, ir.FunctionType(VOID, [PTR] * len(kernel.params)
+                                             + [I64] * len(sizes)), kernel.name)
     fn.attributes.add("nounwind")
-    for arg, param in zip(fn.args, kernel.params):
-        arg.name = param.name
+    for arg, name in zip(fn.args, [p.name for p in kernel.params] + list(sizes)):
+        arg.name = name
     return fn
 
 
@@ -472,11 +492,14 @@ class EntryEmitter:
     def __init__(self, module: ir.Module, program: Program, plan: dict[str, int],
                  functions: dict[str, ir.Function]):
         self.program, self.functions = program, functions
-        fn = ir.Function(module, ir.FunctionType(VOID, [PTR] * 4), entry_name(program.name))
+        symbols = program.sizes
+        names = ENTRY_ARGS + SIZED_ENTRY_ARGS if symbols else ENTRY_ARGS
+        fn = ir.Function(module, ir.FunctionType(VOID, [PTR] * len(names)),
+                         entry_name(program.name))
         fn.attributes.add("nounwind")
-        for arg, arg_name in zip(fn.args, ENTRY_ARGS):
+        for arg, arg_name in zip(fn.args, names):
             arg.name = arg_name
-        tables = dict(zip(ENTRY_ARGS, fn.args))
+        tables = dict(zip(names, fn.args))
         self.b = b = ir.IRBuilder(fn.append_basic_block("entry"))
         self.ptrs: dict[str, ir.Value] = {}
         for kind in ("input", "output", "constant"):
@@ -484,11 +507,21 @@ class EntryEmitter:
                 slot = b.gep(tables[kind + "s"], [ir.Constant(I64, i)], inbounds=True,
                              source_etype=PTR)
                 self.ptrs[buf.name] = b.load(slot, typ=PTR, name=buf.name)
-        for buf in program.of_kind("temp"):
-            if buf.name not in plan:
+        # Sizes known only at call time come in a table, in `Program.sizes` order; so do the
+        # temps' offsets in the arena, which the runtime plans per binding of the sizes.
+        self.sizes = {name: b.load(b.gep(tables["sizes"], [ir.Constant(I64, i)],
+                                         inbounds=True, source_etype=I64), typ=I64, name=name)
+                      for i, name in enumerate(symbols)}
+        for i, buf in enumerate(program.of_kind("temp")):
+            if symbols:
+                offset = b.load(b.gep(tables["offsets"], [ir.Constant(I64, i)], inbounds=True,
+                                      source_etype=I64), typ=I64)
+            elif buf.name not in plan:
                 raise self.error(f"the memory plan has no offset for temp %{buf.name}")
-            self.ptrs[buf.name] = b.gep(tables["arena"], [ir.Constant(I64, plan[buf.name])],
-                                        inbounds=True, source_etype=scalar.I8, name=buf.name)
+            else:
+                offset = ir.Constant(I64, plan[buf.name])
+            self.ptrs[buf.name] = b.gep(tables["arena"], [offset], inbounds=True,
+                                        source_etype=scalar.I8, name=buf.name)
 
     def error(self, message: str) -> CodegenError:
         return CodegenError(f"program @{self.program.name}: {message}")
@@ -534,7 +567,7 @@ class EntryEmitter:
                                  f" {param.dtype}{list(param.shape)} given %{name}:"
                                  f" {buf.dtype}{list(buf.shape)}")
             args.append(ptr)
-        self.b.call(fn, args)
+        self.b.call(fn, args + [self.sizes[name] for name in self.program.kernel(s.kernel).sizes])
 
     def if_(self, s: ProgramIf) -> None:
         with self.b.if_else(self.flag(s.cond)) as (then, orelse):

@@ -30,7 +30,19 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from ember.codegen.scalar import I32, I64, PTR, declare
-from ember.loops.ir import Buffer, For, If, Load, Stmt, Store, Var, walk_expr, walk_stmts
+from ember.loops.ir import (
+    Buffer,
+    Const,
+    For,
+    If,
+    Load,
+    Stmt,
+    Store,
+    Var,
+    size_var,
+    walk_expr,
+    walk_stmts,
+)
 
 if TYPE_CHECKING:
     from ember.codegen.llvm import KernelEmitter
@@ -97,6 +109,8 @@ def emit_parallel_for(parent: KernelEmitter, s: For) -> None:
     buffers, variables = _uses(s.body)
     params = [p for p in kernel.params if p.name in buffers]
     private = [b for b in kernel.locals if b.name in buffers]
+    # Sizes known at call time are read by the body's bounds and by its buffers' strides.
+    variables |= {size_var(n).name for b in (*params, *private) for n in b.sizes}
     captured = sorted(v for v in variables if v in parent.vars and v != s.var.name)
 
     # The data struct: start, stop, then parameter pointers, then enclosing loop variables.
@@ -122,7 +136,12 @@ def emit_parallel_for(parent: KernelEmitter, s: For) -> None:
     threads = b.load(thread_count(module), typ=I32, name="num_threads")
     # One thread runs the body itself: outside a team, omp_get_num_threads() is 1 and the
     # body takes the whole range, without the runtime's fork and join (4 us a loop).
-    with b.if_else(b.icmp_signed("==", threads, ir.Constant(I32, 1))) as (alone, team):
+    # So it does when bounds known only at call time leave a single iteration (a batch of 1).
+    alone_test = b.icmp_signed("==", threads, ir.Constant(I32, 1))
+    if not (isinstance(s.start, Const) and isinstance(s.stop, Const)):
+        single = b.icmp_signed("<=", b.sub(values[1], values[0]), ir.Constant(I64, abs(s.step)))
+        alone_test = b.or_(alone_test, single)
+    with b.if_else(alone_test) as (alone, team):
         with alone:
             b.call(fn, [data])
         with team:

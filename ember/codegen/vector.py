@@ -41,6 +41,7 @@ saves reading each line before it is written (`emit_streaming`).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -50,6 +51,7 @@ from ember.codegen import scalar, vmath
 from ember.codegen.scalar import I32, I64, declare, storage_type, value_type
 from ember.dtypes import DType
 from ember.errors import VerificationError
+from ember.graph.symbolic import definitely, is_static_shape
 from ember.loops.analysis import (
     REDUCTION_IDENTITY,
     VectorPlan,
@@ -464,9 +466,10 @@ class VectorBody:
             for i, stride in zip(index, buf.strides):
                 term = self.splat(self.expr(i))
                 if stride != 1:
-                    term = b.mul(term, self.splat(ir.Constant(I64, stride)))
+                    term = b.mul(term, self.splat(self.em.stride(stride)))
                 offsets = term if offsets is None else b.add(offsets, term)
-            if buf.numel < 2**31:  # 32-bit offsets: one gather instruction per 16 lanes
+            # 32-bit offsets: one gather instruction per 16 lanes
+            if is_static_shape(buf.shape) and buf.numel < 2**31:
                 offsets = b.trunc(offsets, self.vec(I32))
             base, _ = self.em.element_ptr(name, [Const(0)] * len(index))
             # A scalar base with vector offsets: LLVM's vector GEP, <width x ptr>.
@@ -626,7 +629,9 @@ def streaming_width(em: KernelEmitter, s: For) -> int | None:
     if store.buffer in em.local_names:
         return None
     buf = em.kernel.buffer(store.buffer)
-    if buf.nbytes < STREAMING_BYTES or STREAM_VECTOR_BYTES % buf.dtype.itemsize or \
+    # (A size known at call time streams only where its bounds make it large for sure.)
+    if not definitely(operator.ge, buf.nbytes, STREAMING_BYTES) or \
+            STREAM_VECTOR_BYTES % buf.dtype.itemsize or \
             access_kind(store.index, s.var.name, buf.shape) != "contiguous" or \
             buf.dtype in (DType.bool, DType.bf16):
         return None

@@ -17,6 +17,7 @@ from ember.errors import ShapeError
 from ember.graph.bind import bind_sizes, graph_symbols, is_symbolic, specialize
 from ember.graph.interp import interpret
 from ember.graph.ir import Graph
+from ember.graph.symbolic import SymbolicShapeError
 
 
 def executor_for(graph: Graph, config: Config) -> Callable[..., Any]:
@@ -24,8 +25,13 @@ def executor_for(graph: Graph, config: Config) -> Callable[..., Any]:
     "cpu"), or the reference interpreter. A graph with symbolic sizes runs through
     `SizeSpecialized`: code (or an interpreter) per binding of its sizes."""
     if is_symbolic(graph):
+        generic = None
+        if config.executor == "cpu":
+            from ember.driver.pipeline import compile_graph
+
+            generic = lambda g: compile_graph(g, config)  # noqa: E731
         return SizeSpecialized(graph, lambda g: executor_for(g, config),
-                               config.max_specializations)
+                               config.max_specializations, generic)
     if config.executor == "cpu":
         from ember.driver.pipeline import compile_graph
 
@@ -34,13 +40,18 @@ def executor_for(graph: Graph, config: Config) -> Callable[..., Any]:
 
 
 class SizeSpecialized:
-    """A graph with symbolic sizes, run by binding them to each call's shapes: the graph is
-    specialized (every size a number) and made into a runner by `make` once per binding,
-    keeping the `limit` most recent (`compilations` and `evictions` count them). Code
-    compiled once for every size is issue 22's next step; what this spares per new size
-    is the capture and the import. A call with shapes seen before costs one lookup."""
+    """A graph with symbolic sizes, run by binding them to each call's shapes.
 
-    def __init__(self, graph: Graph, make: Callable[[Graph], Any], limit: int):
+    First choice: one runner for every size, `make_generic(graph)` (code whose kernels take
+    the sizes as arguments), made here. Where a stage needs a size as a number (a schedule
+    or a lowering that is not written for sizes known at call time raises
+    SymbolicShapeError; `why_specialized` keeps the reason), the graph is specialized
+    (every size a number) and made into a runner by `make` once per binding, keeping the
+    `limit` most recent. `compilations` and `evictions` count them; a call with shapes
+    seen before costs one lookup."""
+
+    def __init__(self, graph: Graph, make: Callable[[Graph], Any], limit: int,
+                 make_generic: Callable[[Graph], Any] | None = None):
         self.graph = graph
         self.symbols = sorted(graph_symbols(graph))
         self.make = make
@@ -48,6 +59,15 @@ class SizeSpecialized:
         self.runners: OrderedDict[tuple[int, ...], Any] = OrderedDict()
         self.compilations = 0
         self.evictions = 0
+        self.generic: Any = None
+        self.why_specialized = "no code for every size was asked for"
+        if make_generic is not None:
+            try:
+                self.generic = make_generic(graph)
+                self.compilations = 1
+                self.why_specialized = ""
+            except SymbolicShapeError as e:
+                self.why_specialized = str(e)
         # shapes -> (the symbols' values, their env): what a call binds, once per shapes
         self._bound: dict[tuple, tuple[tuple[int, ...], dict[str, int]]] = {}
 
@@ -66,6 +86,8 @@ class SizeSpecialized:
     def runner(self, shapes: Sequence[Sequence[int]]) -> Any:
         """The runner for inputs of these shapes, made at the first call that binds them."""
         key, env = self._bind(shapes)
+        if self.generic is not None:
+            return self.generic
         runner = self.runners.get(key)
         if runner is not None:
             self.runners.move_to_end(key)

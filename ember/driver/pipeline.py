@@ -40,6 +40,7 @@ from ember.errors import CompileError, EmberError, ShapeError, UnsupportedOpErro
 from ember.graph.bind import graph_symbols, is_symbolic
 from ember.graph.ir import Graph, clone_graph
 from ember.graph.passes import DEFAULT_PIPELINE, GraphPass
+from ember.graph.symbolic import SymbolicShapeError
 from ember.runtime.cache import (
     CacheStats,
     DiskCache,
@@ -104,23 +105,25 @@ def _dump_text(file: str, text_of: Callable[[Any], str]) -> Callable[[Any, Path]
 
 
 def lower_to_program(graph: Graph, config: Config, timings: dict | None = None,
-                     schedules: dict | None = None):
+                     schedules: dict | None = None, every_size: bool = False):
     """The graph and loop-IR stages: passes (fusion included), lowering, the default
     schedule, verification and the memory plan. Returns (program, plan); JIT and AOT share
     it and differ only in what happens to the object code. `schedules`, when given, is
-    filled with each tunable kernel's parameters (the model's schedules)."""
+    filled with each tunable kernel's parameters (the model's schedules). A graph with
+    symbolic sizes lowers to a program of every size when `every_size` (JIT code: the
+    sizes are its entry's arguments); a stage that needs a size as a number raises
+    SymbolicShapeError."""
     from ember.loops.lower import lower_graph
     from ember.loops.schedule import schedule_program
     from ember.loops.text import print_program
     from ember.loops.verify import verify_program
     from ember.runtime.memory_plan import plan_memory
 
-    if is_symbolic(graph):
+    if is_symbolic(graph) and not every_size:
         sizes = ", ".join(f"?{name}" for name in sorted(graph_symbols(graph)))
         raise ShapeError(f"graph @{graph.name} has sizes known only at call time ({sizes}):"
-                         " code is compiled for numbers (ember.compile binds them per call;"
-                         " for ahead-of-time code give them, as input_shapes or with"
-                         " ember.graph.bind.specialize)")
+                         " ahead-of-time code is compiled for numbers (give them, as"
+                         " input_shapes or with ember.graph.bind.specialize)")
     config = resolve(config)
     target, backend = config.target, backend_for(config.target)
     stages = _Stages({} if timings is None else timings)
@@ -179,8 +182,8 @@ def reproduced(stage: str, graph: Graph, replay: str):
     error about the input (an unsupported op), write a reproducer and name it."""
     try:
         yield
-    except UnsupportedOpError:
-        raise
+    except (UnsupportedOpError, SymbolicShapeError):  # (a size needed as a number: the
+        raise                                          # caller compiles per binding)
     except Exception as e:  # noqa: BLE001  (compiler bugs, LLVM errors: a reproducer each)
         from ember.graph.text import print_graph
 
@@ -197,7 +200,7 @@ def build(graph: Graph, config: Config) -> Artifact:
     backend = backend_for(config.target)
     timings: dict[str, float] = {}
     schedules: dict[str, dict] = {}
-    program, plan = lower_to_program(graph, config, timings, schedules)
+    program, plan = lower_to_program(graph, config, timings, schedules, every_size=True)
     stages = _Stages(timings)
     with reproduced("LLVM code generation", graph, "python -m ember ir {input} --stage asm"):
         artifact = stages.run("llvm", lambda: backend.emit(program, plan),
@@ -225,11 +228,20 @@ def kernel_table(program) -> list[dict]:
         ops = kernel.origin.rsplit(" [", 1)[1].rstrip("]").split(", ") \
             if kernel.origin.endswith("]") and " [" in kernel.origin \
             else [kernel.origin.split(" ", 1)[0].removeprefix("graph.")]
+        # A kernel of every size gives its sizes as text (`?b*512`), bytes too, and the
+        # sizes it takes after its buffers; its flops, which depend on them, are not noted.
+        sizes = kernel.sizes
         table.append({"name": kernel.name, "ops": ops, "origin": kernel.origin,
-                      "bytes": param_bytes(kernel), "flops": flops(kernel),
+                      "bytes": _json_size(param_bytes(kernel)),
+                      "flops": 0 if sizes else flops(kernel),
                       "schedule": schedule_summary(kernel),
-                      "params": [[p.dtype.value, list(p.shape)] for p in kernel.params]})
+                      "params": [[p.dtype.value, [_json_size(d) for d in p.shape]]
+                                 for p in kernel.params], "sizes": list(sizes)})
     return table
+
+
+def _json_size(size) -> int | str:
+    return size if isinstance(size, int) else str(size)
 
 
 def compile_graph(graph: Graph, config: Config | None = None) -> Executable:

@@ -30,21 +30,26 @@ def is_symbolic(graph: Graph) -> bool:
 def bind_sizes(graph: Graph, shapes: Sequence[Sequence[int]]) -> dict[str, int]:
     """The values of `graph`'s symbols given its inputs' `shapes`; a ShapeError when a
     shape does not fit its input's type."""
-    if len(shapes) != len(graph.inputs):
-        raise ShapeError(f"graph @{graph.name} takes {len(graph.inputs)} inputs, got"
-                         f" {len(shapes)}")
+    return bind_shapes(f"graph @{graph.name}", [v.name for v in graph.inputs],
+                       [v.type.shape for v in graph.inputs], shapes, graph.size_bounds)
+
+
+def bind_shapes(what: str, names: Sequence[str | None], declared_shapes: Sequence[Sequence],
+                shapes: Sequence[Sequence[int]], bounds: Mapping[str, int]) -> dict[str, int]:
+    """`bind_sizes` for inputs of `declared_shapes` (named `names`; `what` owns them, for
+    messages): also what a program compiled for every size binds at each call."""
+    if len(shapes) != len(declared_shapes):
+        raise ShapeError(f"{what} takes {len(declared_shapes)} inputs, got {len(shapes)}")
     env: dict[str, int] = {}
     bound_by: dict[str, str] = {}
     pending: list[tuple[str, int, Dim, int]] = []
 
     def label(i: int) -> str:
-        name = graph.inputs[i].name
-        return f"input {i} (%{name})" if name else f"input {i}"
+        return f"input {i} (%{names[i]})" if names[i] else f"input {i}"
 
-    for i, (value, shape) in enumerate(zip(graph.inputs, shapes)):
-        declared = value.type.shape
+    for i, (declared, shape) in enumerate(zip(declared_shapes, shapes)):
         if len(shape) != len(declared):
-            raise ShapeError(f"graph @{graph.name} {label(i)}: expected shape"
+            raise ShapeError(f"{what} {label(i)}: expected shape"
                              f" {_text(declared)} ({len(declared)} dims), got {list(shape)}")
         for axis, (want, got) in enumerate(zip(declared, shape)):
             got = int(got)
@@ -54,7 +59,7 @@ def bind_sizes(graph: Graph, shapes: Sequence[Sequence[int]]) -> dict[str, int]:
             elif isinstance(want, Dim):
                 pending.append((label(i), axis, want, got))
             elif want != got:
-                raise ShapeError(f"graph @{graph.name} {label(i)}: dim {axis} is {got},"
+                raise ShapeError(f"{what} {label(i)}: dim {axis} is {got},"
                                  f" expected {want} (shape {_text(declared)})")
     for where, axis, want, got in pending:
         unbound = want.symbols - env.keys()
@@ -62,22 +67,21 @@ def bind_sizes(graph: Graph, shapes: Sequence[Sequence[int]]) -> dict[str, int]:
             env[solved[0]], bound_by[solved[0]] = solved[1], f"{where} dim {axis}"
             continue
         if unbound:
-            raise ShapeError(f"graph @{graph.name} {where}: dim {axis} is {want}, and no"
+            raise ShapeError(f"{what} {where}: dim {axis} is {want}, and no"
                              f" input's shape gives {', '.join('?' + s for s in sorted(unbound))}")
         value = want.evaluate(env)
         if value != got:
             bindings = ", ".join(f"?{s} = {env[s]} (from {bound_by[s]})"
                                  for s in sorted(want.symbols))
-            raise ShapeError(f"graph @{graph.name} {where}: dim {axis} is {got}, expected"
+            raise ShapeError(f"{what} {where}: dim {axis} is {got}, expected"
                              f" {want} = {value} with {bindings}")
     for name, value in env.items():
         if value < 1:
-            raise ShapeError(f"graph @{graph.name}: the size ?{name} is {value} (from"
+            raise ShapeError(f"{what}: the size ?{name} is {value} (from"
                              f" {bound_by[name]}); a symbolic size is at least 1")
-        if value > graph.size_bounds.get(name, value):
-            raise ShapeError(f"graph @{graph.name}: the size ?{name} is {value} (from"
-                             f" {bound_by[name]}), above its bound"
-                             f" {graph.size_bounds[name]}")
+        if value > bounds.get(name, value):
+            raise ShapeError(f"{what}: the size ?{name} is {value} (from"
+                             f" {bound_by[name]}), above its bound {bounds[name]}")
     return env
 
 

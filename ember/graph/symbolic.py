@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 import types
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Union
@@ -479,6 +479,15 @@ def _decide_at_least(x: DimLike, least: int, claim: str) -> bool:
     if high < least:
         return False
     raise SymbolicShapeError(f"whether {claim} depends on the sizes at call time")
+
+
+def definitely(compare: Callable[..., bool], *sizes: DimLike) -> bool:
+    """Whether compare(*sizes) (`operator.lt`, ...) holds for every value the sizes' bounds
+    allow: False when they do not decide it."""
+    try:
+        return bool(compare(*sizes))
+    except SymbolicShapeError:
+        return False
 
 
 # The bound of a size its graph does not bound: sizes index memory in i64, and

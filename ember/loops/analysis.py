@@ -36,6 +36,7 @@ from ember.loops.ir import (
     Store,
     Unary,
     Var,
+    as_expr,
     binary,
     loads_in,
     operands,
@@ -149,14 +150,14 @@ def flatten_dims(index: Sequence[Expr], shape: Sequence[int]) -> tuple[list[Expr
         merged = False
         for d in range(len(dims) - 1):
             (high, high_extent), (low, low_extent) = dims[d], dims[d + 1]
-            if not (isinstance(low, Binary) and low.op == "mod" and low.b == Const(low_extent)):
+            if not (isinstance(low, Binary) and low.op == "mod" and low.b == as_expr(low_extent)):
                 continue
             e = low.a
             if (rest := _beside_quotient(high, e, low.b)) is not None:
                 one = e if rest is _NOTHING else Binary("add", Binary("mul", rest, low.b), e)
             elif isinstance(high, Binary) and high.op == "mod" and isinstance(high.b, Const) \
                     and high.a == Binary("floordiv", e, low.b):
-                one = Binary("mod", e, Const(int(high.b.value) * low_extent))
+                one = Binary("mod", e, as_expr(int(high.b.value) * low_extent))
             else:
                 continue
             dims[d:d + 2] = [(one, high_extent * low_extent)]
@@ -541,6 +542,8 @@ def _apart(indices: set[tuple[Expr, ...]], lane: str, lanes: int,
             for var, c in t.items():
                 flat[var] = flat.get(var, 0) + c * stride
         offsets.append(flat)
+    if any(not isinstance(c, int) for o in offsets for c in o.values()):
+        return False  # strides known only at call time: not decided here
     first = offsets[0]
     step = first.get(lane, 0)
     if step == 0 or any({k: v for k, v in o.items() if k is not None and v} !=

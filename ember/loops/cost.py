@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ember.dtypes import DType
+from ember.graph.symbolic import SIZE_HINT
 from ember.loops.ir import (
     Binary,
     Const,
@@ -26,6 +27,7 @@ from ember.loops.ir import (
     Store,
     Unary,
     Var,
+    is_size,
     walk_expr,
     walk_stmts,
 )
@@ -44,7 +46,8 @@ def trip_count(s: For) -> int:
         stop = stop.a if isinstance(stop.a, Const) else stop.b
     if isinstance(s.start, Const) and isinstance(stop, Const):
         return len(range(s.start.value, stop.value, s.step))
-    return 1
+    start, stop = evaluate(s.start, {}), evaluate(stop, {})  # sizes known at call time
+    return 1 if start is None or stop is None else len(range(start, stop, s.step))
 
 
 def _expr_flops(value) -> int:
@@ -138,11 +141,12 @@ _EVALUATE = {**INT_FOLD, "and": lambda a, b: a and b, "or": lambda a, b: a or b}
 
 def evaluate(e: Expr, env: dict[str, int]) -> int | bool | None:
     """An integer or bool expression's value from constants and the loop variables in
-    `env`, or None when it needs anything else (memory, other variables, floats)."""
+    `env` (a size known only at call time weighs as SIZE_HINT), or None when it needs
+    anything else (memory, other variables, floats)."""
     if isinstance(e, Const):
         return e.value if e.dtype.is_int or e.dtype is DType.bool else None
     if isinstance(e, Var):
-        return env.get(e.name)
+        return SIZE_HINT if is_size(e) else env.get(e.name)
     if isinstance(e, Binary) and e.op in _EVALUATE:
         a = evaluate(e.a, env)
         b = evaluate(e.b, env) if a is not None else None

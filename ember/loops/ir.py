@@ -13,12 +13,14 @@ and `loop` steps for graph control flow).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ember.dtypes import DType
+from ember.graph.symbolic import Dim, DimLike
 
 INDEX = DType.i64
 
@@ -69,13 +71,17 @@ class Expr:
         return binary("mod", self, other)
 
 
-ExprLike = Expr | int
+ExprLike = Expr | int  # (or a graph Dim: a size expression)
 
 
 @dataclass(frozen=True, slots=True)
 class Const(Expr):
     value: int | float | bool
     dtype: DType = INDEX
+
+    def __post_init__(self):
+        if isinstance(self.value, Dim):  # a lowering that needs a number got a call-time size
+            int(self.value)  # raises SymbolicShapeError
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,9 +162,79 @@ class Bitcast(Expr):
     a: Expr
 
 
+# A size known at call time (a symbolic dim of the graph, `?b`) is a variable of the kernels
+# that read it, named with the dim's `?` (loop variables never are): codegen passes it as
+# an argument, the interpreter binds it from the call's shapes.
+SIZE_PREFIX = "?"
+
+
+def size_var(symbol: str) -> Var:
+    """The variable holding the size `symbol` at run time."""
+    return Var(SIZE_PREFIX + symbol)
+
+
+def is_size(v: Var) -> bool:
+    return v.name.startswith(SIZE_PREFIX)
+
+
+def dim_expr(d: DimLike) -> Expr:
+    """A graph dim (int or Dim) as an i64 expression of the size variables."""
+    if not isinstance(d, Dim):
+        return Const(int(d), INDEX)
+    total: Expr | None = None
+    for monomial, coefficient in d.terms:
+        term: Expr = Const(coefficient, INDEX)
+        for atom in monomial:
+            term = binary("mul", term, _atom_expr(atom))
+        total = term if total is None else binary("add", total, term)
+    return total if total is not None else Const(0, INDEX)
+
+
+_ATOM_OPS = {"div": "floordiv", "mod": "mod", "min": "min", "max": "max"}
+
+
+def _atom_expr(atom) -> Expr:
+    if isinstance(atom, str):
+        return size_var(atom)
+    op, a, b = atom
+    return binary(_ATOM_OPS[op], dim_expr(a), dim_expr(b))
+
+
+_DIM_OPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b}
+
+
+def expr_dim(e: Expr) -> DimLike | None:
+    """An i64 expression of constants and size variables as a graph dim (the inverse of
+    `dim_expr`), or None when it reads anything else (loop variables, memory)."""
+    from ember.graph.symbolic import dim_max, dim_min, floor_div, modulo, symbol
+
+    if isinstance(e, Const) and e.dtype is INDEX:
+        return int(e.value)
+    if isinstance(e, Var):
+        return symbol(e.name[len(SIZE_PREFIX):]) if is_size(e) else None
+    if not isinstance(e, Binary) or e.dtype is not INDEX:
+        return None
+    a, b = expr_dim(e.a), expr_dim(e.b)
+    if a is None or b is None:
+        return None
+    ops = {**_DIM_OPS, "floordiv": floor_div, "mod": modulo, "min": dim_min, "max": dim_max}
+    return ops[e.op](a, b) if e.op in ops else None
+
+
+def sizes_in_shape(shape: Sequence[DimLike]) -> frozenset[str]:
+    """The size symbols that a shape reads."""
+    names: set[str] = set()
+    for d in shape:
+        if isinstance(d, Dim):
+            names |= d.symbols
+    return frozenset(names)
+
+
 def as_expr(x: ExprLike) -> Expr:
     if isinstance(x, Expr):
         return x
+    if isinstance(x, Dim):
+        return dim_expr(x)
     if isinstance(x, (bool, np.bool_)):
         return Const(bool(x), DType.bool)
     if isinstance(x, (int, np.integer)):
@@ -216,8 +292,9 @@ class If(Stmt):
 
 # -- kernels and programs -------------------------------------------------------------------
 
-def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    """Element strides of a row-major array of `shape`."""
+def row_major_strides(shape: Sequence[DimLike]) -> tuple[DimLike, ...]:
+    """Element strides of a row-major array of `shape` (dims of sizes known at call time
+    give strides that are expressions of them)."""
     strides, step = [], 1
     for d in reversed(shape):
         strides.append(step)
@@ -227,24 +304,33 @@ def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
 
 @dataclass(frozen=True, slots=True)
 class Buffer:
-    """A row-major tensor in memory: a kernel parameter, a local, or a program buffer."""
+    """A row-major tensor in memory: a kernel parameter, a local, or a program buffer. Its
+    dims are numbers, or sizes known at call time (graph `Dim`s) in a program compiled for
+    every size; then so are its strides, numel and nbytes."""
 
     name: str
     dtype: DType
-    shape: tuple[int, ...]
+    shape: tuple[DimLike, ...]
 
     @property
-    def strides(self) -> tuple[int, ...]:
+    def strides(self) -> tuple[DimLike, ...]:
         """Element strides of the row-major layout."""
         return row_major_strides(self.shape)
 
     @property
-    def numel(self) -> int:
+    def numel(self) -> DimLike:
+        if any(isinstance(d, Dim) for d in self.shape):
+            return math.prod(self.shape)
         return int(np.prod(self.shape, dtype=np.int64))
 
     @property
-    def nbytes(self) -> int:
+    def nbytes(self) -> DimLike:
         return self.numel * self.dtype.itemsize
+
+    @property
+    def sizes(self) -> frozenset[str]:
+        """The size symbols its shape reads."""
+        return sizes_in_shape(self.shape)
 
 
 @dataclass(slots=True)
@@ -263,6 +349,17 @@ class Kernel:
 
     def walk(self) -> Iterator[Stmt]:
         yield from walk_stmts(self.body)
+
+    @property
+    def sizes(self) -> tuple[str, ...]:
+        """The size symbols the kernel reads (its buffers' shapes and its expressions), in
+        order: the size arguments that follow its buffers."""
+        names = set().union(*(b.sizes for b in (*self.params, *self.locals)))
+        for s in self.walk():
+            for e in stmt_exprs(s):
+                names |= {x.name[len(SIZE_PREFIX):] for x in walk_expr(e)
+                          if isinstance(x, Var) and is_size(x)}
+        return tuple(sorted(names))
 
 
 def walk_stmts(stmts: Sequence[Stmt]) -> Iterator[Stmt]:
@@ -382,6 +479,7 @@ class Program:
     kernels: list[Kernel]
     steps: list[ProgramStep]
     constants: dict[str, np.ndarray] = field(default_factory=dict)
+    size_bounds: dict[str, int] = field(default_factory=dict)  # the graph's, for its sizes
 
     def buffer(self, name: str) -> ProgramBuffer:
         for b in self.buffers:
@@ -397,3 +495,11 @@ class Program:
 
     def of_kind(self, kind: str) -> list[Buffer]:
         return [b.buffer for b in self.buffers if b.kind == kind]
+
+    @property
+    def sizes(self) -> tuple[str, ...]:
+        """The size symbols of the program's buffers and kernels, in order: the entry's
+        size arguments. Empty for a program compiled for one shape."""
+        names = set().union(*(b.buffer.sizes for b in self.buffers),
+                            *(k.sizes for k in self.kernels))
+        return tuple(sorted(names))

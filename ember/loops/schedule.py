@@ -27,10 +27,10 @@ from typing import Any
 
 from ember.dtypes import DType
 from ember.errors import ScheduleError, VerificationError
+from ember.graph.symbolic import SymbolicShapeError
 from ember.loops.analysis import access_kind, independent, stored_buffers
 from ember.loops.cost import trip_count, weighted
 from ember.loops.ir import (
-    Const,
     For,
     If,
     Kernel,
@@ -38,6 +38,7 @@ from ember.loops.ir import (
     Program,
     Stmt,
     Store,
+    expr_dim,
     loads_in,
     walk_expr,
     walk_stmts,
@@ -66,7 +67,9 @@ MAX_FORKS = 8  # most iterations of a serial loop around a parallel one
 
 
 def _constant_bounds(s: For) -> bool:
-    return isinstance(s.start, Const) and isinstance(s.stop, Const)
+    """Bounds that are constants, or sizes known at call time (the same for every
+    iteration of the loops around it)."""
+    return expr_dim(s.start) is not None and expr_dim(s.stop) is not None
 
 
 def work(stmts: list[Stmt]) -> int:
@@ -143,7 +146,10 @@ def _block_matmuls(scheduling: _Scheduling, target: Target, matmuls: list) -> No
     for loop, g, chosen in matmuls:
         name, args = gemm_schedules.gemm_step(loop, gemm_schedules.fit_schedule(g, chosen,
                                                                                 target))
-        scheduling.apply(name, *args)
+        try:
+            scheduling.apply(name, *args)
+        except SymbolicShapeError:
+            pass  # (K summed in passes with rows known at call time: the plain nest stays)
 
 
 def _matmul_schedules(kernel: Kernel, target: Target, tuning: Tuning | None) -> list:
@@ -415,7 +421,10 @@ def _default_scheduling(kernel: Kernel, target: Target, matmuls: list | None = N
         matmuls = _matmul_schedules(kernel, target, None)
     _block_matmuls(scheduling, target, matmuls)
     for nest in _nest_steps(kernel, target, None, matmuls) if nests is None else nests:
-        scheduling.apply(nest.step.name, *nest.step.args)
+        try:
+            scheduling.apply(nest.step.name, *nest.step.args)
+        except SymbolicShapeError:
+            pass  # a step that needs a size known only at call time: the plain nest stays
     _block_transposes(scheduling, target)
     _parallelize_nests(scheduling, MIN_PARALLEL_WORK)
     _vectorize_inner_loops(scheduling, target)

@@ -50,6 +50,7 @@ from ember.loops.ir import (
     Unary,
     Var,
     const,
+    is_size,
 )
 
 # -- printing ----------------------------------------------------------------------------------
@@ -63,7 +64,7 @@ def format_expr(e: Expr) -> str:
             return "true" if e.value else "false"
         return f"{format_element(e.value, e.dtype)}:{e.dtype.value}"
     if isinstance(e, Var):
-        return f"%{e.name}"
+        return e.name if is_size(e) else f"%{e.name}"
     if isinstance(e, Load):
         return f"%{e.buffer}[{', '.join(format_expr(i) for i in e.index)}]"
     if isinstance(e, Unary):
@@ -208,6 +209,9 @@ class LoopParser:
             if name not in self.vars:
                 raise self.error(f"unknown index variable %{name}", token)
             return Var(name)
+        if token.kind == "dim":  # a size known at call time, ?b
+            ts.next()
+            return Var(token.text)
         if token.kind == "ident" and token.text == "bitcast":
             ts.next()
             ts.expect("<")

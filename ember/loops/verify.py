@@ -6,8 +6,11 @@ loops are written before they are read (they are private to each thread), and ev
 
 from __future__ import annotations
 
+import operator
+
 from ember.dtypes import DType
 from ember.errors import VerificationError
+from ember.graph.symbolic import definitely
 from ember.loops.analysis import vector_plan_in
 from ember.loops.ir import (
     BINARY_OPS,
@@ -35,6 +38,7 @@ from ember.loops.ir import (
     Store,
     Unary,
     Var,
+    is_size,
     walk_expr,
     walk_stmts,
 )
@@ -167,7 +171,7 @@ class _KernelVerifier:
             if self.expr(e, ranges) is not INDEX:
                 self.fail(f"{what} %{name}: index {axis} is not i64")
             span = None if GUARDED in ranges else interval(e, ranges)
-            if span is not None and (span[0] < 0 or span[1] >= dim):
+            if span is not None and (span[0] < 0 or definitely(operator.ge, span[1], dim)):
                 self.fail(f"{what} %{name} may go out of bounds: index {axis} ranges over"
                           f" [{span[0]}, {span[1]}], the dim is {dim}")
         return buffer
@@ -176,6 +180,8 @@ class _KernelVerifier:
         if isinstance(e, Const):
             return e.dtype
         if isinstance(e, Var):
+            if is_size(e):  # a size argument: in scope in the whole kernel
+                return INDEX
             if e.name not in ranges or e.name == GUARDED:
                 self.fail(f"index variable %{e.name} is used outside its loop")
             return INDEX

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,8 @@ import numpy as np
 
 from ember.dtypes import DType
 from ember.errors import EmberError, ShapeError
+from ember.graph.bind import bind_shapes
+from ember.graph.symbolic import bind, parse_dim
 from ember.loops.ir import Buffer, Program
 from ember.runtime.memory_plan import ALIGNMENT, MemoryPlan, plan_memory
 from ember.runtime.pool import OUTPUTS
@@ -48,28 +51,38 @@ class Interface:
     constants: tuple[Buffer, ...]
     temps: tuple[Buffer, ...]
     kernels: tuple[str, ...] = ()
+    # A program compiled for every size: the entry's size arguments, in order (`Program.
+    # sizes`), and the largest value each may take (the graph's `size_bounds`).
+    sizes: tuple[str, ...] = ()
+    bounds: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def of(cls, program: Program, entry: str = "") -> Interface:
         return cls(program.name, entry, *(tuple(program.of_kind(k))
                                           for k in ("input", "output", "constant", "temp")),
-                   tuple(k.name for k in program.kernels))
+                   tuple(k.name for k in program.kernels), program.sizes,
+                   tuple(sorted(program.size_bounds.items())))
 
     def to_json(self) -> dict[str, Any]:
         def bufs(bs: tuple[Buffer, ...]) -> list[list[Any]]:
-            return [[b.name, b.dtype.value, list(b.shape)] for b in bs]
+            return [[b.name, b.dtype.value, [d if isinstance(d, int) else str(d)
+                                             for d in b.shape]] for b in bs]
 
         return {"name": self.name, "entry": self.entry, "inputs": bufs(self.inputs),
                 "outputs": bufs(self.outputs), "constants": bufs(self.constants),
-                "temps": bufs(self.temps), "kernels": list(self.kernels)}
+                "temps": bufs(self.temps), "kernels": list(self.kernels),
+                "sizes": list(self.sizes), "bounds": [list(b) for b in self.bounds]}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Interface:
         def bufs(items: list[list[Any]]) -> tuple[Buffer, ...]:
-            return tuple(Buffer(n, DType(t), tuple(int(x) for x in s)) for n, t, s in items)
+            return tuple(Buffer(n, DType(t), tuple(parse_dim(x) if isinstance(x, str)
+                                                   else int(x) for x in s))
+                         for n, t, s in items)
 
         return cls(d["name"], d["entry"], bufs(d["inputs"]), bufs(d["outputs"]),
-                   bufs(d["constants"]), bufs(d["temps"]), tuple(d["kernels"]))
+                   bufs(d["constants"]), bufs(d["temps"]), tuple(d["kernels"]),
+                   tuple(d.get("sizes", ())), tuple((n, int(v)) for n, v in d.get("bounds", ())))
 
 
 def _describe(b: Buffer) -> str:
@@ -131,15 +144,36 @@ def _aligned_empty(nbytes: int) -> tuple[np.ndarray, np.ndarray]:
     return owner[start:start + nbytes], owner
 
 
-def entry_function(entry: Any) -> Any:
-    """The entry as a ctypes function of ENTRY_TYPE, from an address or a ctypes function."""
+def _given_outputs(name: str, buffers: Sequence[Buffer], out: Any
+                   ) -> tuple[list[Any], list[np.ndarray]]:
+    """The caller's `out` buffers as the arrays the entry writes; they must match exactly
+    (they cannot be copied into)."""
+    if not isinstance(out, (list, tuple)):
+        out = [out]
+    if len(out) != len(buffers):
+        raise ShapeError(f"{name} has {len(buffers)} outputs, got {len(out)} out= buffers")
+    arrays = []
+    for i, (x, b) in enumerate(zip(out, buffers)):
+        what = f"out= buffer {i} (%{b.name})"
+        a = as_array(x, what)
+        if a.dtype != b.dtype.np or a.shape != b.shape:
+            raise ShapeError(f"{what}: expected {_describe(b)}, got {_type_of(a)}")
+        if not (a.flags.c_contiguous and a.flags.aligned and a.flags.writeable):
+            raise ShapeError(f"{what}: must be a writeable, C-contiguous array")
+        arrays.append(a)
+    return list(out), arrays
+
+
+def entry_function(entry: Any, entry_type: Any = ENTRY_TYPE) -> Any:
+    """The entry as a ctypes function of `entry_type`, from an address or a ctypes
+    function."""
     if isinstance(entry, int):
         address = entry
     else:
         address = ctypes.cast(entry, ctypes.c_void_p).value
     if not address:
         raise EmberError("the compiled entry has no address")
-    return ENTRY_TYPE(address)
+    return entry_type(address)
 
 
 class Executable:
@@ -264,21 +298,7 @@ class Executable:
         if out is None:
             arrays = [OUTPUTS.array(b.shape, b.dtype.np) for b in iface.outputs]
             return arrays, arrays
-        if not isinstance(out, (list, tuple)):
-            out = [out]
-        if len(out) != len(iface.outputs):
-            raise ShapeError(f"{iface.name} has {len(iface.outputs)} outputs, got"
-                             f" {len(out)} out= buffers")
-        arrays = []
-        for i, (x, b) in enumerate(zip(out, iface.outputs)):
-            what = f"out= buffer {i} (%{b.name})"
-            a = as_array(x, what)
-            if a.dtype != b.dtype.np or a.shape != b.shape:
-                raise ShapeError(f"{what}: expected {_describe(b)}, got {_type_of(a)}")
-            if not (a.flags.c_contiguous and a.flags.aligned and a.flags.writeable):
-                raise ShapeError(f"{what}: must be a writeable, C-contiguous array")
-            arrays.append(a)
-        return list(out), arrays
+        return _given_outputs(iface.name, iface.outputs, out)
 
     def __repr__(self) -> str:
         iface = self.interface
@@ -286,6 +306,136 @@ class Executable:
         res = ", ".join(_describe(b) for b in iface.outputs)
         return (f"Executable(@{iface.name}({sig}) -> ({res}), {len(iface.kernels)} kernels,"
                 f" arena {self.plan.arena_size} B)")
+
+
+# void entry(void **inputs, void **outputs, void **constants, char *arena, int64_t *sizes,
+#            int64_t *offsets)
+SIZED_ENTRY_TYPE = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 6)
+
+
+@dataclass(frozen=True)
+class _Binding:
+    """What the calls of one binding of the sizes share: the buffers' shapes, the entry's
+    size and offset tables, and the arena the plan packs them into."""
+
+    inputs: tuple[Buffer, ...]
+    outputs: tuple[Buffer, ...]
+    sizes: Any  # ctypes int64 array, in Interface.sizes order
+    offsets: Any  # ctypes int64 array, one per temp in Interface.temps order
+    arena_size: int
+
+
+class SizedExecutable(Executable):
+    """A program compiled once for every size (`Interface.sizes`): a call binds the sizes
+    from its inputs' shapes (a ShapeError names the input and dim that do not fit), and
+    each binding gets its output shapes and its packing of the arena once (the `limit`
+    most recent are kept; `bindings` counts those made). The arena grows to the largest
+    binding seen, so a repeated shape allocates nothing but its outputs."""
+
+    def __init__(self, program: Program | Interface, plan: MemoryPlan, entry: Any,
+                 engine: Any, constants: dict[str, np.ndarray] | Sequence[np.ndarray] | None
+                 = None, notes: dict[str, Any] | None = None, limit: int = 64):
+        super().__init__(program, plan, entry, engine, constants, notes)
+        self._entry = entry_function(entry, SIZED_ENTRY_TYPE)
+        self.limit = limit
+        self.bindings = 0
+        self._bound: OrderedDict[tuple, _Binding] = OrderedDict()
+        iface = self.interface
+        self._bounds = dict(iface.bounds)
+        self._names = [b.name for b in iface.inputs]
+        self._declared = [b.shape for b in iface.inputs]
+        self.env: dict[tuple, dict[str, int]] = {}  # the sizes of each input shapes bound
+        self.latest: tuple | None = None  # the input shapes of the latest call
+
+    def binding(self, shapes: Sequence[Sequence[int]]) -> _Binding:
+        """The binding for inputs of these shapes, made at the first call that has them."""
+        key = tuple(tuple(s) for s in shapes)
+        found = self._bound.get(key)
+        if found is not None:
+            self._bound.move_to_end(key)
+            return found
+        iface = self.interface
+        env = bind_shapes(f"compiled @{iface.name}", self._names, self._declared, key,
+                          self._bounds)
+        plan = self.plan.bind(env)
+        found = _Binding(
+            tuple(Buffer(b.name, b.dtype, bind(b.shape, env)) for b in iface.inputs),
+            tuple(Buffer(b.name, b.dtype, bind(b.shape, env)) for b in iface.outputs),
+            (ctypes.c_int64 * max(1, len(iface.sizes)))(*(env[n] for n in iface.sizes)),
+            (ctypes.c_int64 * max(1, len(iface.temps)))(
+                *(plan.offsets[b.name] for b in iface.temps)),
+            plan.arena_size)
+        self.bindings += 1
+        self.env[key] = env
+        self._bound[key] = found
+        if len(self._bound) > self.limit:
+            self.env.pop(self._bound.popitem(last=False)[0], None)
+        return found
+
+    def buffer_addresses(self, inputs: Sequence[np.ndarray],
+                         outputs: Sequence[np.ndarray]) -> dict[str, int]:
+        """`Executable.buffer_addresses` for the binding of these inputs' shapes."""
+        bound = self.binding([a.shape for a in inputs])
+        iface = self.interface
+        if bound.arena_size > self.arena.nbytes:
+            self.arena, self._arena_owner = _aligned_empty(bound.arena_size)
+        address = {b.name: a.ctypes.data for b, a in zip(iface.inputs, inputs)}
+        address |= {b.name: a.ctypes.data for b, a in zip(iface.outputs, outputs)}
+        address |= {b.name: a.ctypes.data for b, a in zip(iface.constants, self.constants)}
+        arena = self.arena.ctypes.data
+        address |= {b.name: arena + offset for b, offset in zip(iface.temps, bound.offsets)}
+        return address
+
+    def __call__(self, *inputs: Any, out: Any = None) -> list[np.ndarray]:
+        iface = self.interface
+        if len(inputs) != len(iface.inputs):
+            raise ShapeError(f"{iface.name} takes {len(iface.inputs)} inputs"
+                             f" ({', '.join('%' + b.name for b in iface.inputs)}),"
+                             f" got {len(inputs)}")
+        arrays = [as_array(x, f"input {i} (%{b.name})") for i, (x, b) in
+                  enumerate(zip(inputs, iface.inputs))]
+        bound = self.binding([a.shape for a in arrays])
+        self.latest = tuple(a.shape for a in arrays)
+        arrays = [_check(a, b, f"input {i} (%{b.name})")
+                  for i, (a, b) in enumerate(zip(arrays, bound.inputs))]
+        results, outputs = self._outputs_of(bound.outputs, out)
+        if out is not None:
+            arrays = [a.copy() if any(np.may_share_memory(a, o) for o in outputs) else a
+                      for a in arrays]
+        self.run_bound(bound, [data_address(a) for a in arrays],
+                       [data_address(a) for a in outputs])
+        return results
+
+    def run_bound(self, bound: _Binding, inputs: Sequence[int], outputs: Sequence[int]
+                  ) -> None:
+        """Runs on inputs and outputs given by their data addresses, of the binding's shapes
+        (checked by the caller, who keeps them alive through the call)."""
+        with self._lock:
+            if bound.arena_size > self.arena.nbytes:
+                self.arena, self._arena_owner = _aligned_empty(bound.arena_size)
+            self._in_ptrs[:len(inputs)] = inputs
+            self._out_ptrs[:len(outputs)] = outputs
+            self._entry(ctypes.addressof(self._in_ptrs), ctypes.addressof(self._out_ptrs),
+                        ctypes.addressof(self._constant_ptrs), self.arena.ctypes.data,
+                        ctypes.addressof(bound.sizes), ctypes.addressof(bound.offsets))
+
+    def run_addresses(self, inputs: Sequence[int]) -> list[np.ndarray]:
+        raise ShapeError(f"{self.interface.name} is compiled for every size: run it on"
+                         " arrays (their shapes bind the sizes), not on addresses")
+
+    run_into = run_addresses
+
+    def _outputs_of(self, buffers: tuple[Buffer, ...], out: Any
+                    ) -> tuple[list[Any], list[np.ndarray]]:
+        if out is None:
+            arrays = [OUTPUTS.array(b.shape, b.dtype.np) for b in buffers]
+            return arrays, arrays
+        return _given_outputs(self.interface.name, buffers, out)
+
+    def __repr__(self) -> str:
+        return super().__repr__().replace(f"arena {self.plan.arena_size} B",
+                                          "arena per binding of "
+                                          + ", ".join("?" + n for n in self.interface.sizes))
 
 
 # -- glue to codegen: what a compile produces, and how it comes back to life ------------------
@@ -330,8 +480,9 @@ def load_artifact(artifact: Artifact, target: Target) -> Executable:
     from ember.codegen.cpu import load_objects
 
     jit = load_objects(artifact.objects, target)
-    return Executable(artifact.interface, artifact.plan, jit.address(artifact.interface.entry),
-                      jit, artifact.constants, artifact.extra)
+    kind = SizedExecutable if artifact.interface.sizes else Executable
+    return kind(artifact.interface, artifact.plan, jit.address(artifact.interface.entry), jit,
+                artifact.constants, artifact.extra)
 
 
 def compile_program(program: Program, target: Target, plan: MemoryPlan | None = None

@@ -13,13 +13,20 @@ output over an input that dies at that call (in-place): the two then form one sl
 In-place is legal when each output element is stored once, from loads of the input at the
 same byte offset only (see `inplace_pairs`). A kernel may declare its pairs itself with an
 `inplace: dict[out_param, in_param]` attribute; the analysis checks them either way.
+
+A program compiled for every size (temps whose sizes are expressions of `?b`) gets a plan
+without offsets: its slots (which temps share memory, and when they live) are decided once,
+and `MemoryPlan.bind` packs them for the sizes of a call, as the runtime does once per
+binding.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ember.graph.symbolic import Dim, DimLike, dim_max, evaluate, parse_dim
 from ember.loops.analysis import affine_map
 from ember.loops.ir import (
     Buffer,
@@ -56,6 +63,25 @@ class MemoryPlan:
     intervals: dict[str, tuple[int, int]] = field(default_factory=dict)  # first, last step
     inplace: dict[str, str] = field(default_factory=dict)  # temp -> temp whose memory it reuses
     peak_bytes: int = 0  # most bytes live at one step (in-place pairs counted once)
+    # For a program of every size: its slots, packed by `bind` (the offsets are then empty).
+    slots: list[_Slot] = field(default_factory=list)
+
+    @property
+    def symbolic(self) -> bool:
+        return bool(self.slots)
+
+    def bind(self, env: Mapping[str, int]) -> MemoryPlan:
+        """The plan for the sizes `env` of a symbolic plan: its slots packed at their
+        sizes' values (a plan of numbers is its own)."""
+        if not self.symbolic:
+            return self
+        slots = [replace(s, size=int(evaluate(s.size, env))) for s in self.slots]
+        _pack(slots)
+        offsets = {name: slot.offset for slot in slots for name in slot.names}
+        sizes = {name: int(evaluate(size, env)) for name, size in self.sizes.items()}
+        return MemoryPlan(offsets, align(max((s.offset + s.size for s in slots), default=0)),
+                          sizes, self.intervals, self.inplace,
+                          _peak(slots, 1 + max((s.last for s in slots), default=0)))
 
     @property
     def total_bytes(self) -> int:
@@ -63,21 +89,36 @@ class MemoryPlan:
         return sum(self.sizes.values())
 
     def report(self) -> str:
+        if self.symbolic:
+            return (f"arena packed per binding of the sizes for {len(self.sizes)} temps in"
+                    f" {len(self.slots)} slots; {len(self.inplace)} in place")
         return (f"arena {_fmt(self.arena_size)} for {len(self.offsets)} temps of"
                 f" {_fmt(self.total_bytes)} in all; peak live {_fmt(self.peak_bytes)};"
                 f" {len(self.inplace)} in place")
 
     def to_json(self) -> dict[str, Any]:
-        return {"offsets": self.offsets, "arena_size": self.arena_size, "sizes": self.sizes,
+        return {"offsets": self.offsets, "arena_size": self.arena_size,
+                "sizes": {k: _size_json(v) for k, v in self.sizes.items()},
                 "intervals": {k: list(v) for k, v in self.intervals.items()},
-                "inplace": self.inplace, "peak_bytes": self.peak_bytes}
+                "inplace": self.inplace, "peak_bytes": self.peak_bytes,
+                "slots": [[s.names, _size_json(s.size), s.first, s.last] for s in self.slots]}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> MemoryPlan:
         return cls({k: int(v) for k, v in d["offsets"].items()}, int(d["arena_size"]),
-                   {k: int(v) for k, v in d["sizes"].items()},
+                   {k: _size_of_json(v) for k, v in d["sizes"].items()},
                    {k: (int(a), int(b)) for k, (a, b) in d["intervals"].items()},
-                   dict(d["inplace"]), int(d["peak_bytes"]))
+                   dict(d["inplace"]), int(d["peak_bytes"]),
+                   [_Slot(list(names), _size_of_json(size), int(first), int(last))
+                    for names, size, first, last in d.get("slots", [])])
+
+
+def _size_json(size: DimLike) -> int | str:
+    return str(size) if isinstance(size, Dim) else int(size)
+
+
+def _size_of_json(size: int | str) -> DimLike:
+    return parse_dim(size) if isinstance(size, str) else int(size)
 
 
 def _fmt(n: int) -> str:
@@ -133,6 +174,8 @@ def _linear_offset(buf: Buffer, index: tuple[Expr, ...]) -> dict[str | None, int
 def _injective(offset: dict[str | None, int], loops: list[For]) -> bool:
     """Whether distinct iterations of `loops` give distinct offsets (mixed-radix test)."""
     terms = []
+    if any(isinstance(c, Dim) for c in offset.values()):  # strides known at call time
+        return False
     for loop in loops:
         if not (isinstance(loop.start, Const) and isinstance(loop.stop, Const)) or loop.step < 1:
             return False
@@ -234,7 +277,7 @@ class _Slot:
     """Temps that share one region: a buffer and the in-place outputs that reuse it."""
 
     names: list[str]
-    size: int
+    size: DimLike  # bytes; an expression of the sizes in a program of every size
     first: int
     last: int
     offset: int = -1
@@ -267,16 +310,18 @@ def plan_memory(program: Program, *, inplace: bool = True) -> MemoryPlan:
                 if target.last != i or slot.first != i or len(slot.names) > 1 or slot is target:
                     continue
                 target.names.append(out)
-                target.size = max(target.size, slot.size)
+                target.size = dim_max(target.size, slot.size)
                 target.last = max(target.last, slot.last)
                 slot_of[out] = target
                 reused[out] = src
 
     slots = list({id(s): s for s in slot_of.values()}.values())
+    own = {name: intervals.get(name, (0, 0)) for name in temps}
+    if any(isinstance(size, Dim) for size in sizes.values()):  # packed per binding
+        return MemoryPlan({}, 0, sizes, own, reused, 0, slots)
     _pack(slots)
     offsets = {name: slot_of[name].offset for name in temps}
     arena = align(max((s.offset + s.size for s in slots), default=0))
-    own = {name: intervals.get(name, (0, 0)) for name in temps}
     return MemoryPlan(offsets, arena, sizes, own, reused, _peak(slots, len(program.steps)))
 
 

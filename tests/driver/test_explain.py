@@ -93,9 +93,9 @@ def test_kernels_are_timed_in_their_places_on_the_programs_buffers(monkeypatch) 
     seen = []
     real = explain_module._time_steps
 
-    def spy(exe, steps, budget):
+    def spy(exe, steps, budget, table):
         seen.append([args for _, args in steps])
-        return real(exe, steps, budget)
+        return real(exe, steps, budget, table)
 
     monkeypatch.setattr(explain_module, "_time_steps", spy)
     report = ember.explain(compiled, budget_seconds=0.01)

@@ -67,6 +67,8 @@ def winograd_pitch(tiles: int, channels: tuple[int, ...]) -> int:
     def sets(pitch: int, c: int) -> int:
         return len({(a * pitch * c * 4 // 64) % 64 for a in range(POINTS)})
 
+    if not isinstance(tiles, int):  # a batch known at call time: no pitch to pick
+        return tiles
     pitch = tiles
     while min(sets(pitch, c) for c in channels) < 4 and pitch < tiles + 16:
         pitch += 1

@@ -16,7 +16,6 @@ from ember.dtypes import DType
 from ember.errors import UnsupportedOpError
 from ember.graph.ir import Op
 from ember.loops.ir import (
-    INDEX,
     Buffer,
     Const,
     Expr,
@@ -25,6 +24,7 @@ from ember.loops.ir import (
     Stmt,
     Store,
     Var,
+    as_expr,
     const,
 )
 from ember.target import Target
@@ -108,7 +108,7 @@ class LowerContext:
         stmts = body(index)
         for depth in reversed(range(len(shape))):
             kind = kinds[depth] if kinds else "serial"
-            stmts = [For(index[depth], Const(0), Const(shape[depth]), stmts, 1, kind)]
+            stmts = [For(index[depth], Const(0), as_expr(shape[depth]), stmts, 1, kind)]
         return stmts
 
     def store_each(self, value: Callable[[list[Var]], Expr], out: int = 0) -> list[Stmt]:
@@ -122,4 +122,4 @@ class LowerContext:
 
 
 def _expr(e: Expr | int) -> Expr:
-    return e if isinstance(e, Expr) else Const(int(e), INDEX)
+    return as_expr(e)

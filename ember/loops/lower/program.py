@@ -25,6 +25,7 @@ from ember.loops.ir import (
     ProgramStep,
     Store,
     Var,
+    as_expr,
 )
 from ember.loops.lower.core import LowerContext, find_lowering
 from ember.loops.lower.fused import lower_fused
@@ -83,7 +84,7 @@ class _Lowerer:
         self.buffers.sort(key=lambda b: (order[b.kind], final.index(b.buffer.name)
                                          if b.kind == "output" else 0))
         return Program(sanitize_name(g.name) or "main", self.buffers, self.kernels, steps,
-                       self.constants)
+                       self.constants, dict(g.size_bounds))
 
     def kind(self, name: str) -> str:
         return next(b.kind for b in self.buffers if b.buffer.name == name)
@@ -152,7 +153,7 @@ class _Lowerer:
             prefix = [Load("n", (), DType.i64)]
         body = [Store("y0", tuple(prefix + index), Load("x0", tuple(index), source.dtype))]
         for d in reversed(range(len(source.shape))):
-            body = [For(index[d], Const(0), Const(source.shape[d]), body)]
+            body = [For(index[d], Const(0), as_expr(source.shape[d]), body)]
         kernel = Kernel(f"k{len(self.kernels)}_copy", params, body, [], "copy")
         self.kernels.append(kernel)
         args = [src, index_buffer, dst] if index_buffer else [src, dst]

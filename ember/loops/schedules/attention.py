@@ -42,6 +42,7 @@ from functools import partial
 from typing import NamedTuple
 
 from ember.dtypes import DType
+from ember.graph.symbolic import DimLike
 from ember.loops.ir import (
     Binary,
     Buffer,
@@ -57,7 +58,9 @@ from ember.loops.ir import (
     Store,
     Unary,
     Var,
+    as_expr,
     binary,
+    expr_dim,
     substitute,
 )
 from ember.loops.schedules.lanes import lane_chunks, vector_loop
@@ -88,10 +91,10 @@ class Attention:
     [*batch, row, key], broadcast as the lowering reads it), and store(index, value) stores
     out at [*batch, row, column]. `empty_rows_zero`: a row of -inf scores gives 0."""
 
-    batch: tuple[int, ...]
-    rows: int
+    batch: tuple[DimLike, ...]  # batch, rows and keys may be sizes known at call time
+    rows: DimLike
     dim: int
-    keys: int
+    keys: DimLike
     width: int
     scale: float
     empty_rows_zero: bool
@@ -102,8 +105,8 @@ class Attention:
     store: Callable[[list[Expr], Expr], Stmt]
 
 
-def _ceil_div(a: Expr | int, b: int) -> Expr:
-    return binary("floordiv", binary("add", a, Const(b - 1)), Const(b))
+def _ceil_div(a: Expr | DimLike, b: int) -> Expr:
+    return binary("floordiv", binary("add", as_expr(a), Const(b - 1)), Const(b))
 
 
 def schedule_attention(ctx: FreshNames, att: Attention, key_block: int, row_group: int,
@@ -113,8 +116,8 @@ def schedule_attention(ctx: FreshNames, att: Attention, key_block: int, row_grou
     makes its variables and locals."""
     batch, rows, dim, keys, width = att.batch, att.rows, att.dim, att.keys, att.width
     scale = att.scale
-    group = max(1, min(row_group, rows))
-    block = min(key_block, keys)
+    group = max(1, min(row_group, rows)) if isinstance(rows, int) else row_group
+    block = min(key_block, keys) if isinstance(keys, int) else key_block
     scores = ctx.local(F32, (group, block))
     acc = ctx.local(F32, (group, width))
     top, total, part, fresh, corr, shift = (ctx.local(F32, (group,)) for _ in range(6))
@@ -127,8 +130,7 @@ def schedule_attention(ctx: FreshNames, att: Attention, key_block: int, row_grou
 
     def loop(stop: Expr | int, body: Callable[[Expr], list[Stmt]], kind: str = "serial") -> For:
         j = ctx.var("j")
-        return For(j, Const(0), stop if isinstance(stop, Expr) else Const(stop), body(j), 1,
-                   kind)
+        return For(j, Const(0), as_expr(stop), body(j), 1, kind)
 
     vector = partial(vector_loop, ctx)
 
@@ -147,36 +149,56 @@ def schedule_attention(ctx: FreshNames, att: Attention, key_block: int, row_grou
 
     def rows_of(b: list[Expr], r0: Expr) -> list[Stmt]:
         def row(ii: Expr) -> Expr:  # rows past the end repeat the last (never stored)
-            return r0 + ii if rows % group == 0 else binary("min", r0 + ii, Const(rows - 1))
+            return r0 + ii if rows % group == 0 else binary("min", r0 + ii, as_expr(rows - 1))
 
-        def key_block(kb: Expr) -> list[Stmt]:
-            k0 = kb * block
+        def key_blocks() -> list[Stmt]:
+            """The blocks of keys. A number of keys known only at call time gets whole
+            blocks whose keys past the end score -inf (their kt reads masked): every block
+            then has the constant trip counts that unroll and vectorize, in one copy of
+            the code (a peeled tail block, a second copy, made the loop 1.7x slower in a
+            parallel body at 512 keys, where it never ran). Else the last block is
+            shorter."""
+            if not isinstance(keys, int):
+                return [loop(_ceil_div(keys, block), lambda kb: keys_from(kb * block, True,
+                                                                          masked=True))]
             whole = keys % block == 0
-            count = Const(block) if whole else binary("min", Const(block),
-                                                        binary("sub", Const(keys), k0))
+            return [loop(_ceil_div(keys, block), lambda kb: keys_from(kb * block, whole))]
+
+        def keys_from(k0: Expr, whole: bool, masked: bool = False) -> list[Stmt]:
+            """The block of keys from k0: `block` of them when `whole`, else to the end;
+            `masked`: `block` of them, those past the end scoring -inf."""
+            count = Const(block) if whole and not masked else binary(
+                "min", Const(block), binary("sub", as_expr(keys), k0))
+
+            def inside(j: Expr) -> Expr:  # key k0 + j exists
+                return binary("lt", k0 + j, as_expr(keys))
 
             def s(ii: Expr, j: Expr) -> Load:
                 return at(scores, ii, j)
 
             def score_tile(t0: Expr, n: Expr | int) -> list[Stmt]:
+                def key(d: Expr, j: Expr) -> Expr:
+                    value = att.kt([*b, d, k0 + t0 + j])
+                    return Select(inside(t0 + j), value, ZERO) if masked else value
+
                 stmts: list[Stmt] = [
                     each_row(lambda ii: [vector(n, lambda j: [put(scores, (ii, t0 + j),
                                                                   ZERO)])]),
                     loop(dim, lambda d: [each_row(lambda ii: [vector(n, lambda j: [
                         put(scores, (ii, t0 + j), Fma(
-                            att.q([*b, row(ii), d]), att.kt([*b, d, k0 + t0 + j]),
-                            s(ii, t0 + j)))])])]),
+                            att.q([*b, row(ii), d]), key(d, j), s(ii, t0 + j)))])])]),
                 ]
-                if att.mask is not None or scale != 1:  # s * scale + mask, in one pass
-                    def scaled(ii: Expr, j: Expr) -> Expr:
-                        return _scaled(s(ii, j), scale, att.mask([*b, row(ii), k0 + j])
-                                       if att.mask is not None else None)
+                if att.mask is not None or scale != 1 or masked:
+                    def scaled(ii: Expr, j: Expr) -> Expr:  # s * scale + mask, in one pass
+                        value = _scaled(s(ii, j), scale, att.mask([*b, row(ii), k0 + j])
+                                        if att.mask is not None else None) or s(ii, j)
+                        return Select(inside(j), value, NEG_INF) if masked else value
 
                     stmts.append(each_row(lambda ii: [vector(n, lambda j: [
                         put(scores, (ii, t0 + j), scaled(ii, t0 + j))])]))
                 return stmts
 
-            key_tiles = partial(tiles, block if whole else count, tile)
+            key_tiles = partial(tiles, block if whole else count, tile)  # (masked: whole)
 
             def reduce_into(buf: Buffer, op: str, first: Expr,
                             lanes_of: Callable[[Expr, Expr], list[Stmt]]) -> list[Stmt]:
@@ -231,22 +253,33 @@ def schedule_attention(ctx: FreshNames, att: Attention, key_block: int, row_grou
                                 lambda e: [att.store([*b, r0 + ii, e], value(e))])
             if rows % group == 0:
                 return store
-            return [If(Binary("lt", r0 + ii, Const(rows)), store, [])]
+            return [If(Binary("lt", r0 + ii, as_expr(rows)), store, [])]
 
+        # With a short last block (a static number of keys that is not a whole number of
+        # blocks) the tiles that write the scores run a count of times that the verifier
+        # cannot bound below, so that it could not tell that each thread writes them before
+        # it reads them, and refused a parallel loop around the nest: zeroed once a group,
+        # they are written first (64 vector stores; 4 x 7 keys cost 224 vector FMAs).
+        zero_scores = [] if not isinstance(keys, int) or keys % block == 0 else [
+            each_row(lambda ii: lane_chunks(ctx, block, tile,
+                                            lambda j: [put(scores, (ii, j), ZERO)]))]
         return [each_row(lambda ii: [put(top, (ii,), NEG_INF), put(total, (ii,), ZERO),
                                      *lane_chunks(ctx, width, tile,
                                                   lambda e: [put(acc, (ii, e), ZERO)])]),
-                loop(-(-keys // block), key_block),
+                *zero_scores,
+                *key_blocks(),
                 each_row(finish)]
 
     index = [ctx.var("i") for _ in (*batch, rows)]
-    return _nest(index, (*batch, -(-rows // group)), rows_of(index[:-1], index[-1] * group))
+    return _nest(index, (*batch, _ceil_div(rows, group)),
+                 rows_of(index[:-1], index[-1] * group))
 
 
-def _nest(index: list[Var], extents: tuple[int, ...], body: list[Stmt]) -> list[Stmt]:
+def _nest(index: list[Var], extents: tuple[DimLike | Expr, ...], body: list[Stmt]
+          ) -> list[Stmt]:
     """Loops of `index` over `extents` (outermost first) around `body`."""
     for var, extent in reversed(list(zip(index, extents))):
-        body = [For(var, Const(0), Const(extent), body)]
+        body = [For(var, Const(0), as_expr(extent), body)]
     return body
 
 
@@ -314,7 +347,7 @@ def _plain_row(att: Attention, b: list[Expr], i: Var, n: _PlainNames) -> list[St
            Store(n.top, (), at(n.new))]
     return [Store(n.top, (), NEG_INF), Store(n.total, (), ZERO),
             For(e0, Const(0), Const(att.width), [Store(n.acc, (e0,), ZERO)]),
-            For(j, Const(0), Const(att.keys), key),
+            For(j, Const(0), as_expr(att.keys), key),
             For(e2, Const(0), Const(att.width), [att.store(
                 [*b, i, e2], _result(at(n.acc, e2), at(n.total), att.empty_rows_zero))])]
 
@@ -334,9 +367,9 @@ def _is_store(st: Stmt, buffer: str | None = None, index: tuple = ()) -> bool:
 
 
 def _counted(st: Stmt) -> For | None:
-    """`st` if it is a loop from 0 by 1 to a constant."""
+    """`st` if it is a loop from 0 by 1 to a constant or a size known at call time."""
     if isinstance(st, For) and st.start == Const(0) and st.step == 1 and \
-            isinstance(st.stop, Const) and st.kind == "serial":
+            expr_dim(st.stop) is not None and st.kind == "serial":
         return st
     return None
 
@@ -407,9 +440,11 @@ def match_attention(loop: For, locals_: set[str]) -> AttentionNest | None:
         at = dict(zip([*batch_vars, row_var, f], index))
         return Store(out.buffer, tuple(substitute(i, at) for i in out.index), value)
 
+    if not all(isinstance(x.stop, Const) for x in (dots, update)):
+        return None  # the dot products' and the values' widths make register tiles
     attention = Attention(
-        tuple(int(x.stop.value) for x in outer[:-1]), int(outer[-1].stop.value),
-        int(dots.stop.value), int(keys.stop.value), int(update.stop.value), scale,
+        tuple(expr_dim(x.stop) for x in outer[:-1]), expr_dim(outer[-1].stop),
+        int(dots.stop.value), expr_dim(keys.stop), int(update.stop.value), scale,
         empty_rows_zero, read(dot.value.a, [*batch_vars, row_var, d]),
         read(dot.value.b, [*batch_vars, d, j]), read(av.value.b, [*batch_vars, j, e]),
         read(mask_term, [*batch_vars, row_var, j]) if mask_term is not None else None,

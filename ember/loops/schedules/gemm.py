@@ -72,11 +72,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ember.dtypes import DType
 from ember.errors import ScheduleError
+from ember.graph.symbolic import DimLike, SymbolicShapeError, definitely, size_hint
 from ember.loops.analysis import access_kind, transcendental
 from ember.loops.ir import (
     Binary,
@@ -91,8 +93,10 @@ from ember.loops.ir import (
     Stmt,
     Store,
     Var,
+    as_expr,
     binary,
     const,
+    expr_dim,
     map_expr,
     substitute,
     walk_expr,
@@ -142,9 +146,12 @@ class Gemm:
     """A matmul found in a plain nest: out[batch, row, col] = sum_k a * b, where `a` is an
     expression of the batch, row and k variables and `b` of the batch, k and col ones."""
 
-    batch: tuple[tuple[str, int], ...]  # batch loop variables and extents, outermost first
+    # Batch loop variables and extents, outermost first. The extents and m may be sizes
+    # known only at call time (graph Dims); the schedule's choices then take them to be
+    # SIZE_HINT, and the nest computes its tiles and tasks from them at run time.
+    batch: tuple[tuple[str, DimLike], ...]
     row: str | None  # None: A is a vector (one row)
-    m: int
+    m: DimLike
     col: str | None  # None: B is a vector (one column)
     n: int
     k: str
@@ -188,8 +195,8 @@ def match_gemm(body: list[Stmt], shapes: dict[str, tuple[int, ...]] | None = Non
     loops: list[For] = []
     while len(body) == 1 and isinstance(body[0], For):
         loop = body[0]
-        if loop.start != Const(0) or loop.step != 1 or not isinstance(loop.stop, Const):
-            return None
+        if loop.start != Const(0) or loop.step != 1 or expr_dim(loop.stop) is None:
+            return None  # (rows and batches may be sizes known at call time)
         loops.append(loop)
         body = loop.body
     if len(body) < 3:
@@ -217,7 +224,9 @@ def match_gemm(body: list[Stmt], shapes: dict[str, tuple[int, ...]] | None = Non
     k = reduce.var.name
     if not (in_a <= {*rest, row, k} and in_b <= {*rest, col, k}):
         return None
-    extent = {loop.var.name: int(loop.stop.value) for loop in loops}
+    extent = {loop.var.name: expr_dim(loop.stop) for loop in loops}
+    if col is not None and not isinstance(extent[col], int):
+        return None  # the columns make the packed panels: a number is needed
     return Gemm(tuple((n, extent[n]) for n in rest), row, extent.get(row, 1), col,
                 extent.get(col, 1), k, int(reduce.stop.value), a, b, acc, tuple(result),
                 b_panels=_panel_width(b, k, col, shapes))
@@ -251,11 +260,12 @@ def _panel_width(b: Expr, k: str, col: str | None,
 def default_gemm_schedule(g: Gemm, target: Target) -> GemmSchedule:
     """The schedule a matmul gets on `target` (a tuned compile asks the database first)."""
     rows = g.m * math.prod(e for _, e in g.batch) if folds_batches(g) else g.m
-    return default_tile(g.m, bool(g.batch), g.n, target, rows, a_row_pitch(g))
+    return default_tile(g.m, bool(g.batch), g.n, target, size_hint(rows), a_row_pitch(g))
 
 
-def default_tile(rows: int, batched: bool, n: int, target: Target,
-                 matrix_rows: int | None = None, a_pitch: int | None = None) -> GemmSchedule:
+def default_tile(rows: DimLike, batched: bool, n: int, target: Target,
+                 matrix_rows: DimLike | None = None, a_pitch: int | None = None
+                 ) -> GemmSchedule:
     """The default schedule of a matmul of `rows` rows (per batch) by `n` columns on
     `target`: also the panel width of the matrices packed at compile time (pack_matmuls),
     so that the micro-kernel reads them in place. `matrix_rows`: the rows that the tiles
@@ -263,7 +273,7 @@ def default_tile(rows: int, batched: bool, n: int, target: Target,
     width = matvec_width(target)
     if matrix_vector(rows, batched) and n >= width:
         return GemmSchedule(mr=2, nr=width)
-    return matrix_tile(target, matrix_rows or rows, a_pitch, n)
+    return matrix_tile(target, hint(matrix_rows or rows), a_pitch, n)
 
 
 def folds_batches(g: Gemm) -> bool:
@@ -299,7 +309,7 @@ def matvec_width(target: Target) -> int:
 def matrix_vector(rows: int, batched: bool) -> bool:
     """Whether a matmul of `rows` rows (per batch) is a matrix-vector product: one row tile
     that reads each element of B once."""
-    return rows <= 2 and not batched
+    return definitely(operator.le, rows, 2) and not batched  # (sizes: taken to be many)
 
 
 def register_tile(target: Target, vectors: int | None = None) -> tuple[int, int]:
@@ -462,8 +472,14 @@ def packed_a_bytes(target: Target) -> int:
     return min(target.l2_bytes // 4, MOST_PACKED_A_BYTES)
 
 
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
+def _ceil(a: DimLike, b: int) -> DimLike:
+    return -(-a // b) if isinstance(a, int) else (a + b - 1) // b
+
+
+def hint(size: DimLike) -> int:
+    """A number for a size in a choice of the schedule: itself, or a size known at call
+    time at its SIZE_HINT."""
+    return size if isinstance(size, int) else size_hint(size)
 
 
 def _min(a: Expr | int, b: Expr | int) -> Expr:
@@ -475,19 +491,23 @@ class _Builder:
 
     def __init__(self, ctx, g: Gemm, s: GemmSchedule):
         self.ctx, self.g = ctx, g
+        # Rows and batches may be sizes known at call time (Dims): the choices below take
+        # them at their SIZE_HINT (`hint`), and the nest computes the counts that depend on
+        # them (tiles, row groups' ranges, tasks) at run time.
         self.nbatch = math.prod(e for _, e in g.batch)
         self.fold = folds_batches(g)
         self.rows = g.m * (self.nbatch if self.fold else 1)
         self.nb = 1 if self.fold else self.nbatch
+        self.symbolic = not isinstance(self.rows, int) or not isinstance(self.nb, int)
         # nr as fitted (`fit_schedule`): past N only when rounded up to whole vectors.
-        self.mr, self.nr = min(s.mr, self.rows), s.nr
+        self.mr, self.nr = min(s.mr, hint(self.rows)), s.nr
         self.npc = _ceil(g.depth, s.kc)
         self.kc = _ceil(g.depth, self.npc)
         # Packed blocks are locals, on the stack of each thread: `fit_schedule` cuts them
         # to the target's budgets; these caps hold on any target.
         widest = max(self.nr, MOST_PACKED_B_BYTES // (4 * self.kc) // self.nr * self.nr)
         self.njc = _ceil(g.n, min(s.nc, widest))
-        self.work = self.nbatch * g.m * g.n * g.depth
+        self.work = hint(self.nbatch * g.m * g.n * g.depth)
         matvec = matrix_vector(g.m, bool(g.batch))
         self.threaded = self.work >= (MIN_PARALLEL_MATVEC_FMAS if matvec else MIN_PARALLEL_FMAS)
         if matvec and self.threaded:
@@ -498,20 +518,24 @@ class _Builder:
         # An odd number of column blocks leaves one thread of a pair idle for the last one:
         # one more block evens them (a 56x56 conv's 3136 columns: 13 blocks of 256 -> 14
         # of 224, 8% faster on 2 threads).
-        if self.njc % 2 and 1 < self.njc < 16 and self.nb % 2 and \
+        if self.njc % 2 and 1 < self.njc < 16 and hint(self.nb) % 2 and \
                 _ceil(g.n, self.nr) > self.njc:
             self.njc += 1
         self.ncp = _ceil(_ceil(g.n, self.njc), self.nr)  # panels per column block
         self.nc = self.ncp * self.nr
         self.njc = _ceil(g.n, self.nc)  # fewer when rounding up to panels made blocks wider
         tallest = max(1, MOST_PACKED_A_BYTES // (4 * self.kc) // self.mr)
-        self.mcp = min(max(1, s.mc // self.mr), tallest, _ceil(self.rows, self.mr))
+        self.mcp = min(max(1, s.mc // self.mr), tallest, _ceil(hint(self.rows), self.mr))
         self.mc = self.mcp * self.mr
         # Row groups: the tiles split evenly, into enough groups for `parallel` tasks, and
-        # small enough that a group's partial sums fit the workspace budget.
+        # small enough that a group's partial sums fit the workspace budget. (With fewer
+        # tiles at run time than groups, some groups have none.)
         self.tiles = _ceil(self.rows, self.mr)
         wanted = s.parallel if self.threaded else 1  # too little work for a team
-        groups = min(self.tiles, max(1, _ceil(wanted, self.nb * self.njc)))
+        groups = min(hint(self.tiles), max(1, _ceil(wanted, hint(self.nb) * self.njc)))
+        if self.npc > 1 and self.symbolic:  # (a workspace per group: sized by the tiles)
+            raise SymbolicShapeError(f"gemm: K = {g.depth} summed in passes needs a"
+                                     " workspace sized by the rows, known at call time")
         if self.npc > 1:
             most = max(1, WORKSPACE_BYTES // (4 * self.mc * self.nc)) * self.mcp
             groups = max(groups, _ceil(self.tiles, most))
@@ -534,9 +558,9 @@ class _Builder:
         # (96->24 at 56x56: 0.27 -> 0.20); with more tiles the copy paid (16->96 at
         # 112x112: 0.44 -> 0.48 in place; 96->576 at 14x14: 0.24 -> 0.26).
         in_place = g.b_rows_contiguous and self.kc * self.nr * 4 <= B_IN_PLACE_BYTES \
-            and self.tiles <= B_IN_PLACE_TILES
+            and hint(self.tiles) <= B_IN_PLACE_TILES
         self.bp = ctx.local(F32, (self.ncp, self.kc, self.nr)) \
-            if self.tiles > 1 and not self.b_in_panels and not in_place else None
+            if hint(self.tiles) > 1 and not self.b_in_panels and not in_place else None
         # A's rows are copied in chunks of a_lanes; a pitch of a multiple of 4 KiB would put
         # the same k of every row of a tile in one L1 set, so such pitches get one more.
         self.a_lanes = min(self.kc, A_LANES)
@@ -551,7 +575,7 @@ class _Builder:
 
     def loop(self, hint: str, stop: Expr | int, body, kind: str = "serial") -> list[Stmt]:
         """for %<hint> = 0 to stop { body(var) }; just body(0) when it runs once."""
-        stop = stop if isinstance(stop, Expr) else Const(stop)
+        stop = as_expr(stop)
         if stop == Const(1):
             return body(Const(0))
         v = self.var(hint)
@@ -583,7 +607,7 @@ class _Builder:
 
     def clamp_row(self, row: Expr) -> Expr:
         """`row` of a tile, or the last row for the rows of the last tile past the end."""
-        return row if self.rows % self.mr == 0 else _min(row, self.rows - 1)
+        return row if self.rows % self.mr == 0 else _min(row, as_expr(self.rows - 1))
 
     def clamp_k(self, k: Expr) -> Expr:
         return k if self.g.depth % self.kc == 0 else _min(k, self.g.depth - 1)
@@ -677,8 +701,8 @@ class _Builder:
 
         def copy(ip: Expr, ii: Expr, kb: Expr) -> list[Stmt]:
             row = ib + ip * self.mr + ii
-            if self.rows % self.mc or self.nmg > 1:  # the block's copy may run past the rows
-                row = _min(row, self.rows - 1)
+            if self.rows % self.mc != 0 or self.nmg > 1:  # the copy may run past the rows
+                row = _min(row, as_expr(self.rows - 1))
 
             def chunk(edge: bool) -> list[Stmt]:
                 kv = self.var("kv")
@@ -768,7 +792,7 @@ class _Builder:
             """The nest's statements after the sum, for the sum in `tile` at (ii, jj)."""
             return self.result_at(batch, row + ii, col + jj, Load(tile, (ii, jj), F32))
 
-        rows, cols = _min(self.mr, Const(self.rows) - row), _min(self.nr, Const(g.n) - col)
+        rows, cols = _min(self.mr, as_expr(self.rows) - row), _min(self.nr, Const(g.n) - col)
         if self.stage is None:
             write = [self.tile_loops(result, rows, cols)]
         else:
@@ -908,7 +932,7 @@ def fit_schedule(g: Gemm, s: GemmSchedule, target: Target) -> GemmSchedule:
             f" vectors of {lanes} f32 lanes on {target.name}: LLVM widens such a vector"
             " type and shuffles it through the stack (a <48 x float> tile ran 20x slower);"
             f" use nr <= {lanes} or {lanes} * 2**k")
-    mr, nr = min(s.mr, rows), min(s.nr, g.n)
+    mr, nr = (min(s.mr, rows) if isinstance(rows, int) else s.mr), min(s.nr, g.n)
     if not whole_vectors(nr, lanes):
         # Narrower than the tile's but wider than a vector: round up to whole vectors
         # (B's panels hold zeros past N and the write-back masks those columns).

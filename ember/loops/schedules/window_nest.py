@@ -25,6 +25,7 @@ from typing import Any
 
 from ember.dtypes import DType
 from ember.errors import ScheduleError
+from ember.graph.symbolic import DimLike
 from ember.loops.analysis import affine_form
 from ember.loops.ir import (
     INDEX,
@@ -39,6 +40,7 @@ from ember.loops.ir import (
     Store,
     Var,
     binary,
+    expr_dim,
     loads_in,
     map_expr,
     walk_expr,
@@ -56,7 +58,7 @@ class WindowNest:
     """A plain windowed reduction nest (the module docstring's shape), f32 throughout."""
 
     output: tuple[str, str, str, str]  # n, m, oh, ow
-    extents: tuple[int, int, int, int]  # N, M, OH, OW
+    extents: tuple[DimLike, int, int, int]  # N (maybe a size known at call time), M, OH, OW
     reduction: tuple[str, ...]  # [c,] kh, kw
     reduction_extents: tuple[int, ...]
     acc: str
@@ -130,12 +132,21 @@ def _extent(s: Stmt) -> int | None:
     return None
 
 
+def _batch_extent(s: Stmt) -> DimLike | None:
+    """The trip count of a plain loop to a constant or to a size known at call time (the
+    images of a batch, which a schedule may leave to run time)."""
+    if isinstance(s, For) and s.start == Const(0) and s.step == 1 and s.kind == "serial":
+        return expr_dim(s.stop)
+    return None
+
+
 def match_window(top: For, shapes: dict[str, tuple[int, ...]], reduction_depth: int
                  ) -> WindowNest | None:
     """The windowed reduction that the nest `top` computes, with `reduction_depth` loops
     around its term (the last two the taps), when it has the module docstring's shape."""
     loops, body = [], [top]
-    while len(body) == 1 and _extent(body[0]) is not None and len(loops) < 4:
+    while len(body) == 1 and len(loops) < 4 and (_extent(body[0]) is not None or (
+            not loops and _batch_extent(body[0]) is not None)):
         loops.append(body[0])
         body = body[0].body
     if len(loops) != 4 or len(body) < 3:
@@ -169,7 +180,7 @@ def match_window(top: For, shapes: dict[str, tuple[int, ...]], reduction_depth: 
     if geometry is None:
         return None
     strides, dilations, pads, sizes, positions = geometry
-    extents = tuple(int(loop.stop.value) for loop in loops)
+    extents = (_batch_extent(loops[0]), *(int(loop.stop.value) for loop in loops[1:]))
     reduction_extents = tuple(int(loop.stop.value) for loop in reduction)
     checks = window_checks([window_position(Var(o), Var(t), s, p, d) for o, t, s, p, d in
                             zip(out[2:], reduced[-2:], strides, pads, dilations)],

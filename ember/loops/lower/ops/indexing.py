@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ember.dtypes import DType
-from ember.loops.ir import INDEX, Binary, Cast, Const, Expr, For, If, Select, binary, const
+from ember.loops.ir import INDEX, Binary, Cast, Const, Expr, For, If, Select, as_expr, binary, const
 from ember.loops.lower.core import LowerContext, lowering
 from ember.loops.lower.ops.reduce import assign, logical, narrow, read, widen
 
@@ -27,7 +27,7 @@ def checked_index(raw: Expr, dim: int) -> Expr:
     count from the end; values still outside the axis are clamped into it."""
     raw = Cast(INDEX, raw) if raw.dtype is not INDEX else raw
     wrapped = Select(Binary("lt", raw, Const(0)), raw + dim, raw)
-    return binary("min", binary("max", wrapped, Const(0)), Const(dim - 1))
+    return binary("min", binary("max", wrapped, Const(0)), as_expr(dim - 1))
 
 
 def zeros(ctx: LowerContext):
@@ -46,10 +46,10 @@ def _pad_source(p: Expr, dim: int, mode: str, lo: int, hi: int) -> Expr:
         return p % dim  # floor mod: also for pads wider than the axis
     if mode == "edge":
         p = binary("max", p, Const(0)) if lo else p
-        return binary("min", p, Const(dim - 1)) if hi else p
+        return binary("min", p, as_expr(dim - 1)) if hi else p
     # reflect, one reflection: -p before the axis, 2 (dim - 1) - p after it.
     if hi:
-        p = Select(Binary("ge", p, Const(dim)), Const(2 * (dim - 1)) - p, p)
+        p = Select(Binary("ge", p, as_expr(dim)), as_expr(2 * (dim - 1)) - p, p)
     if lo:
         p = Select(Binary("lt", p, Const(0)), Const(0) - p, p)
     return p

@@ -33,6 +33,7 @@ from ember.loops.ir import (
     Store,
     Unary,
     Var,
+    as_expr,
 )
 from ember.loops.lower.core import LowerContext, lowering
 from ember.loops.lower.ops.linalg import accumulator, compute_load, reduce_into, store_result
@@ -87,8 +88,8 @@ def avg_count(o: Expr, size: int, kernel: int, stride: int, pad_begin: int, pad_
     explicit padding counts with count_include_pad, a ceil_mode overhang never does)."""
     start = o * stride - pad_begin
     if include_pad:
-        return Binary("min", start + kernel, Const(size + pad_end)) - start
-    return Binary("min", start + kernel, Const(size)) - Binary("max", start, Const(0))
+        return Binary("min", start + kernel, as_expr(size + pad_end)) - start
+    return Binary("min", start + kernel, as_expr(size)) - Binary("max", start, Const(0))
 
 
 @lowering("avg_pool")
@@ -146,7 +147,7 @@ def source_coord(o: Expr, n_in: int, n_out: int, scale: float | None, mode: str)
 
 
 def clamp_index(i: Expr, n: int) -> Expr:
-    return Binary("min", Binary("max", i, Const(0)), Const(n - 1))
+    return Binary("min", Binary("max", i, Const(0)), as_expr(n - 1))
 
 
 def nearest_index(src: Expr, mode: str) -> Expr:
@@ -256,7 +257,7 @@ def wrap_loops(index: list[Var], shape, prologues: dict[int, list[Stmt]],
                body: list[Stmt]) -> list[Stmt]:
     """Loops over `shape` around `body`, with prologues[d] at the top of loop d's body."""
     for d in reversed(range(len(shape))):
-        body = [For(index[d], Const(0), Const(shape[d]), [*prologues.get(d, []), *body])]
+        body = [For(index[d], Const(0), as_expr(shape[d]), [*prologues.get(d, []), *body])]
     return body
 
 

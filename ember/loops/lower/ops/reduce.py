@@ -14,7 +14,20 @@ import numpy as np
 
 from ember.dtypes import DType
 from ember.graph.ops.common import normalize_axes
-from ember.loops.ir import Binary, Buffer, Cast, Const, Expr, For, If, Load, Store, Unary, const
+from ember.loops.ir import (
+    Binary,
+    Buffer,
+    Cast,
+    Const,
+    Expr,
+    For,
+    If,
+    Load,
+    Store,
+    Unary,
+    as_expr,
+    const,
+)
 from ember.loops.lower.core import LowerContext, lowering
 
 # -- shared helpers --------------------------------------------------------------------------
@@ -132,7 +145,7 @@ def arg_extreme(ctx: LowerContext):
                if a != axis or ctx.attrs["keepdims"]]
         return [assign(best, widen(ctx.load(0, compose(rank, {**where, axis: Const(0)})))),
                 assign(at, Const(0)),
-                For(j, Const(1), Const(n), [update]),
+                For(j, Const(1), as_expr(n), [update]),
                 assign(y, read(at), out)]
 
     return ctx.nest([x.shape[a] for a in others], outer)
@@ -157,11 +170,11 @@ def cumulative(ctx: LowerContext):
         where = dict(zip(others, index))
         acc = ctx.local(x.dtype.compute)
         j = ctx.var("j")
-        at = compose(rank, {**where, axis: Const(n - 1) - j if ctx.attrs["reverse"] else j})
+        at = compose(rank, {**where, axis: as_expr(n - 1) - j if ctx.attrs["reverse"] else j})
         step = assign(acc, Binary(op, read(acc), widen(ctx.load(0, at))))
         out = assign(y, narrow(read(acc), y.dtype), at)
         body = [out, step] if ctx.attrs["exclusive"] else [step, out]
-        return [assign(acc, init), For(j, Const(0), Const(n), body)]
+        return [assign(acc, init), For(j, Const(0), as_expr(n), body)]
 
     return ctx.nest([x.shape[a] for a in others], outer)
 
@@ -206,7 +219,7 @@ def topk(ctx: LowerContext):
                            _precedes(read(prev), read(prev_at), v, j, largest))
         better = logical("or", Binary("lt", read(best_at), Const(0)),
                          _precedes(v, j, read(best), read(best_at), largest))
-        scan = For(j, Const(0), Const(n), [
+        scan = For(j, Const(0), as_expr(n), [
             assign(current, widen(ctx.load(0, compose(rank, {**where, axis: j})))),
             If(logical("and", eligible, better), [assign(best, v), assign(best_at, j)])])
         out = compose(rank, {**where, axis: s})
