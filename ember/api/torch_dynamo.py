@@ -117,9 +117,10 @@ def _symbolic(gm: torch.fx.GraphModule) -> bool:
 
 
 class _SymbolicSizes:
-    """A graph with symbolic sizes imported once, with them as Ember's symbols: each call
-    binds them to its tensors' shapes and runs the code compiled for those sizes (made at
-    the first call that binds them; counted in `counters["specializations"]`). Dynamo's
+    """A graph with symbolic sizes imported once, with them as Ember's symbols: compiled
+    once for every size where Ember can (`counters["every_size"]`), else each call binds
+    them to its tensors' shapes and runs the code compiled for those sizes (made at the
+    first call that binds them; counted in `counters["specializations"]`). Dynamo's
     SymInt inputs are dropped (their values are sizes of the tensors), and the sizes the
     graph returns are computed from the binding."""
 
@@ -130,6 +131,8 @@ class _SymbolicSizes:
         self.outputs = outputs
         self.runner = SymbolicGraphRunner(graph, config=config, writes=writes)
         self.graph = graph
+        if self.runner.sizes.generic is not None:
+            counters["every_size"] += 1
 
     @staticmethod
     def of(gm: torch.fx.GraphModule, config: Config,

@@ -16,6 +16,7 @@ one warning. A compiled module reads the module's attributes, and its `generate`
 from __future__ import annotations
 
 import contextlib
+import inspect
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -141,8 +142,17 @@ class CompiledModule:
 
     def _build_symbolic(self, args: tuple, kwargs: dict) -> Any:
         """The runner of the module captured with the sizes `dynamic` names symbolic:
-        compiled per binding of those sizes, shared by every signature that binds them."""
-        program, spec = export.capture_program(self.module, args, kwargs, self.dynamic)
+        compiled for every size (or per binding of those sizes), shared by every signature
+        that binds them."""
+        program = None
+        wide = _widened(self.module, args, kwargs, self.dynamic)
+        if wide is not None:
+            # torch.export takes a dynamic dim of size 1 in the example to be 1 always (its
+            # 0/1 specialization): the capture sees it as 2, the batch of two copies.
+            with contextlib.suppress(EmberError):
+                program, spec = export.capture_program(self.module, *wide, self.dynamic)
+        if program is None:
+            program, spec = export.capture_program(self.module, args, kwargs, self.dynamic)
         try:
             graph = export.import_program(program)
         except SymbolicShapeError as e:
@@ -243,6 +253,36 @@ def _opaque(args: tuple, kwargs: dict) -> bool:
 def _tensor_leaves(args: tuple, kwargs: dict) -> list[torch.Tensor]:
     return [x for x in torch.utils._pytree.tree_leaves((args, kwargs))
             if isinstance(x, torch.Tensor)]
+
+
+def _widened(module: Any, args: tuple, kwargs: dict, dynamic: Any) -> tuple | None:
+    """(args, kwargs) with every dim of size 1 that `dynamic` marks (every dim, for True;
+    the named axes of inputs named by the forward's parameters) doubled by concatenating
+    the tensor with itself; None when there is none."""
+    def double(x: Any, axes) -> Any:
+        if not isinstance(x, torch.Tensor):
+            return x
+        for axis in range(x.dim()) if axes is True else axes:
+            if -x.dim() <= axis < x.dim() and x.shape[axis] == 1:
+                x = torch.cat([x, x], dim=axis)
+        return x
+
+    if dynamic is True:
+        wide = torch.utils._pytree.tree_map(lambda x: double(x, True), (args, kwargs))
+    elif isinstance(dynamic, dict):
+        try:
+            bound = inspect.signature(module.forward).bind(*args, **kwargs)
+        except TypeError:
+            return None
+        for name, axes in dynamic.items():
+            if name in bound.arguments and isinstance(axes, dict):
+                bound.arguments[name] = double(bound.arguments[name], list(axes))
+        wide = (bound.args, bound.kwargs)
+    else:
+        return None
+    same = all(a is b for a, b in zip(torch.utils._pytree.tree_leaves(wide),
+                                      torch.utils._pytree.tree_leaves((args, kwargs))))
+    return None if same else wide
 
 
 class _ModuleRunner:

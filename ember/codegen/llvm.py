@@ -1,7 +1,8 @@
 """Loop IR -> LLVM IR (llvmlite.ir), independent of the target.
 
-A `Kernel` becomes `void @<name>(ptr %<param>, ...)`: one pointer per parameter, each to a
-row-major buffer whose element strides are `Buffer.strides`. Locals are allocas in the entry
+A `Kernel` becomes `void @<name>(ptr %<param>, ..., i64 %<size>, ...)`: one pointer per
+parameter, each to a row-major buffer whose element strides are `Buffer.strides` (computed
+from the size arguments where its dims are sizes known at call time). Locals are allocas in the entry
 block (LLVM promotes them), loop counters too. Scalar code comes from the op tables in
 `ember.codegen.scalar`; this module emits the structure around it: loops, ifs, loads, stores.
 Parallel loops run on a thread team through libgomp (`ember.codegen.parallel`); unrolled
@@ -14,7 +15,10 @@ A `Program` becomes one module: its kernels plus
 
 where `inputs`, `outputs` and `constants` are arrays of buffer pointers in the order of the
 program's buffers of that kind, and `arena` is one block holding every temp buffer at the
-byte offset the memory plan gives it. The entry runs the program's steps in order.
+byte offset the memory plan gives it. The entry runs the program's steps in order. A
+program of every size (`Program.sizes`, docs/loop-ir.md) has two more arguments, `sizes`
+(the sizes' values, in order) and `offsets` (each temp's offset, packed per binding by the
+runtime); each kernel takes the sizes it reads as i64 arguments after its buffers.
 
 Every buffer pointer must be aligned to its element size (LLVM assumes the ABI alignment of
 the element type); aligning to 64 bytes lets later vector code use aligned accesses.

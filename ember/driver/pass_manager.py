@@ -21,6 +21,7 @@ from typing import TextIO
 from ember.errors import EmberError, PassError
 from ember.graph.ir import Graph
 from ember.graph.passes import GraphPass, get_pass
+from ember.graph.symbolic import SymbolicShapeError
 from ember.graph.text import print_graph
 from ember.graph.text.printer import format_constant_table
 from ember.graph.verify import verify_graph
@@ -67,6 +68,8 @@ class PassManager:
                 graph = graph_pass.run(graph)
                 if self.verify_each:
                     verify_graph(graph)
+            except SymbolicShapeError:  # a size needed as a number: the caller specializes
+                raise
             except Exception as e:  # noqa: BLE001  (an internal error gets a reproducer too)
                 path = self._reproducer(graph_pass, before, e)
                 what = str(e) if isinstance(e, EmberError) else f"internal error: {e!r}"

@@ -46,6 +46,7 @@ from ember.loops.ir import (
     Store,
     Var,
     binary,
+    expr_dim,
     loads_in,
     map_expr,
     operands,
@@ -239,18 +240,21 @@ def reorder(kernel: Kernel, outer: str, inner: str) -> Kernel:
 
 def fuse(kernel: Kernel, outer: str, inner: str) -> Kernel:
     """The perfect nest `outer` { `inner` } with constant bounds becomes one loop over the
-    product, outer = f // n and inner = f % n (n: inner's trip count)."""
+    product, outer = f // n and inner = f % n (n: inner's trip count). The outer loop may
+    run from 0 by 1 to a size known at call time (a batch: then the product is too)."""
     a, b = _perfect_nest(kernel, outer, inner, f"fuse %{outer} and %{inner}")
     ra, rb = _extent(a), _extent(b)
+    sized = ra is None and a.start == Const(0) and a.step == 1 and expr_dim(a.stop) is not None
     for s, r in ((a, ra), (b, rb)):
-        if r is None:
+        if r is None and not (s is a and sized):
             raise ScheduleError(f"cannot fuse %{outer} and %{inner}: loop %{s.var.name} has no"
                                 " constant bounds")
     fused = Var(_fresh(kernel, f"{outer}_{inner}"))
     n = max(1, len(rb))
     values = {outer: binary("add", binary("mul", binary("floordiv", fused, n), a.step), a.start),
               inner: binary("add", binary("mul", binary("mod", fused, n), b.step), b.start)}
-    loop = For(fused, Const(0), Const(len(ra) * len(rb)), _substitute(b.body, values))
+    stop = binary("mul", a.stop, len(rb)) if sized else Const(len(ra) * len(rb))
+    loop = For(fused, Const(0), stop, _substitute(b.body, values))
     return _rewrite(kernel, {id(a): [loop]})
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import operator
 import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -27,10 +28,11 @@ from typing import Any
 
 from ember.dtypes import DType
 from ember.errors import ScheduleError, VerificationError
-from ember.graph.symbolic import SymbolicShapeError
+from ember.graph.symbolic import SymbolicShapeError, definitely
 from ember.loops.analysis import access_kind, independent, stored_buffers
 from ember.loops.cost import trip_count, weighted
 from ember.loops.ir import (
+    Const,
     For,
     If,
     Kernel,
@@ -104,6 +106,31 @@ def parallelize(kernel: Kernel, loop: For) -> Kernel:
     return scheduled
 
 
+def _with_inner_loop(scheduling: _Scheduling, loop: For) -> str:
+    """The loop to make parallel for `loop`: itself, or, when it runs to a size known at
+    call time that may leave a team idle (a batch of 1), it fused with the loop of constant
+    bounds it holds (a batch's heads), so that the team shares both; not with an innermost
+    loop, which would lose its vectors."""
+    stop = expr_dim(loop.stop)
+    inner = loop.body[0] if len(loop.body) == 1 else None
+    if isinstance(stop, int) or definitely(operator.ge, stop, MAX_FORKS) or \
+            not isinstance(inner, For) or not _constant_loop(inner) or \
+            trip_count(inner) < 2 or not any(isinstance(s, For) for s in inner.body):
+        return loop.var.name
+    names = {s.var.name for s in scheduling.kernel.walk() if isinstance(s, For)}
+    try:
+        scheduling.apply("fuse", loop.var.name, inner.var.name)
+    except ScheduleError:
+        return loop.var.name
+    new = [s.var.name for s in scheduling.kernel.walk() if isinstance(s, For)
+           and s.var.name not in names]
+    return new[0]  # (fuse makes one loop, of a fresh name)
+
+
+def _constant_loop(s: For) -> bool:
+    return isinstance(s.start, Const) and isinstance(s.stop, Const)
+
+
 def _candidates(s: For):
     """The loops of the perfect-ish nest headed by `s`, outermost first."""
     while True:
@@ -130,8 +157,9 @@ def _parallelize_nests(scheduling: _Scheduling, min_work: int) -> None:
         for loop in _candidates(top):
             if trip_count(loop) < 2 or not _constant_bounds(loop):
                 continue
+            name = _with_inner_loop(scheduling, loop)
             try:
-                scheduling.apply("parallel", loop.var.name)
+                scheduling.apply("parallel", name)
             except ScheduleError:
                 # A team per iteration of this loop would pay a fork each time: look
                 # further in only past a loop of a few iterations.

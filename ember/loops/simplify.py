@@ -86,7 +86,23 @@ def simplify_binary(op: str, a: Expr, b: Expr) -> Expr:
             if inner is not None:
                 total = inner + cb if op == "add" else inner - cb
                 return simplify_binary("add", a.a, Const(total, a.dtype))
+    if op == "add" and a.dtype is INDEX and (whole := _regrouped(a, b)) is not None:
+        return whole
     return Binary(op, a, b)
+
+
+def _regrouped(a: Expr, b: Expr) -> Expr | None:
+    """x for floordiv(x, d) * d + mod(x, d) (in either order): floor division's identity,
+    which a reshape's index leaves when it regroups dims by a size known only at call time
+    (by a constant, the ranges remove both divisions)."""
+    for high, low in ((a, b), (b, a)):
+        if isinstance(high, Binary) and high.op == "mul" and isinstance(low, Binary) and \
+                low.op == "mod":
+            for q, d in ((high.a, high.b), (high.b, high.a)):
+                if isinstance(q, Binary) and q.op == "floordiv" and q.a == low.a and \
+                        q.b == d == low.b:
+                    return low.a
+    return None
 
 
 # -- range-aware simplification of a kernel's indices ----------------------------------------

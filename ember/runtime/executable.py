@@ -11,6 +11,11 @@ instead of running native code on the wrong memory. Contiguous inputs pass by po
 without a copy; others are copied first. The executable owns its arena (allocated once,
 64-byte aligned) and its constants, so one call is one native call and no allocation
 besides the outputs.
+
+A program compiled for every size (`Program.sizes`) runs as a `SizedExecutable`, whose
+entry also takes the sizes and the temps' arena offsets (`int64_t *sizes, int64_t
+*offsets`): each call binds the sizes from its inputs' shapes, and each binding gets its
+output shapes and its packing of the arena once.
 """
 
 from __future__ import annotations
@@ -144,6 +149,13 @@ def _aligned_empty(nbytes: int) -> tuple[np.ndarray, np.ndarray]:
     return owner[start:start + nbytes], owner
 
 
+def _check_count(iface: Interface, inputs: Sequence[Any]) -> None:
+    if len(inputs) != len(iface.inputs):
+        raise ShapeError(f"{iface.name} takes {len(iface.inputs)} inputs"
+                         f" ({', '.join('%' + b.name for b in iface.inputs)}),"
+                         f" got {len(inputs)}")
+
+
 def _given_outputs(name: str, buffers: Sequence[Buffer], out: Any
                    ) -> tuple[list[Any], list[np.ndarray]]:
     """The caller's `out` buffers as the arrays the entry writes; they must match exactly
@@ -229,10 +241,7 @@ class Executable:
 
     def __call__(self, *inputs: Any, out: Any = None) -> list[np.ndarray]:
         iface = self.interface
-        if len(inputs) != len(iface.inputs):
-            raise ShapeError(f"{iface.name} takes {len(iface.inputs)} inputs"
-                             f" ({', '.join('%' + b.name for b in iface.inputs)}),"
-                             f" got {len(inputs)}")
+        _check_count(iface, inputs)
         plain = all(type(x) is np.ndarray and x.dtype == dtype and x.shape == shape
                     and x.flags.c_contiguous and x.flags.aligned
                     for x, (dtype, shape) in zip(inputs, self._expected))
@@ -353,6 +362,7 @@ class SizedExecutable(Executable):
         found = self._bound.get(key)
         if found is not None:
             self._bound.move_to_end(key)
+            self.latest = key  # (what explain reports at)
             return found
         iface = self.interface
         env = bind_shapes(f"compiled @{iface.name}", self._names, self._declared, key,
@@ -368,6 +378,7 @@ class SizedExecutable(Executable):
         self.bindings += 1
         self.env[key] = env
         self._bound[key] = found
+        self.latest = key
         if len(self._bound) > self.limit:
             self.env.pop(self._bound.popitem(last=False)[0], None)
         return found
@@ -388,14 +399,10 @@ class SizedExecutable(Executable):
 
     def __call__(self, *inputs: Any, out: Any = None) -> list[np.ndarray]:
         iface = self.interface
-        if len(inputs) != len(iface.inputs):
-            raise ShapeError(f"{iface.name} takes {len(iface.inputs)} inputs"
-                             f" ({', '.join('%' + b.name for b in iface.inputs)}),"
-                             f" got {len(inputs)}")
+        _check_count(iface, inputs)
         arrays = [as_array(x, f"input {i} (%{b.name})") for i, (x, b) in
                   enumerate(zip(inputs, iface.inputs))]
         bound = self.binding([a.shape for a in arrays])
-        self.latest = tuple(a.shape for a in arrays)
         arrays = [_check(a, b, f"input {i} (%{b.name})")
                   for i, (a, b) in enumerate(zip(arrays, bound.inputs))]
         results, outputs = self._outputs_of(bound.outputs, out)

@@ -17,6 +17,8 @@ from ember.driver.pipeline import lower_to_program
 from ember.errors import ShapeError
 from ember.graph.bind import specialize
 from ember.graph.symbolic import symbol
+from ember.loops.ir import For, Var, binary, dim_expr
+from ember.loops.simplify import simplify_binary
 from ember.loops.text import parse_program, print_program
 from ember.runtime.executable import SizedExecutable
 from ember.runtime.memory_plan import plan_memory
@@ -186,3 +188,57 @@ def test_explain_reports_code_of_every_size_at_its_latest_call() -> None:
     report = ember.explain(compiled, budget_seconds=0.01)
     matmul = next(k for k in report.kernels if "matmul" in k.ops)
     assert matmul.bytes == 4 * (7 * 64 + 64 * 48 + 7 * 48) and matmul.seconds > 0
+
+
+def test_a_batch_loop_is_fused_with_its_heads_before_it_runs_in_parallel() -> None:
+    """A parallel loop over ?b would leave the team idle for a batch of 1: the default
+    schedule fuses it with the constant loop it holds, so that the team shares both."""
+    g = Builder("heads")
+    x = g.input("x", DType.f32, (B, 12, 256, 64))
+    g.output(g.exp(x))
+    program, _ = lower_to_program(g.build(), CPU, every_size=True)
+    loops = [s for s in program.kernels[0].walk() if isinstance(s, For)]
+    parallel = [s for s in loops if s.kind == "parallel"]
+    assert len(parallel) == 1 and parallel[0].stop == dim_expr(B * 12)
+    run = executor_for(g.build(), CPU)
+    _check(run, g.build(), [(1, 12, 256, 64), (3, 12, 256, 64)])
+
+
+def test_reshapes_that_regroup_a_batch_leave_no_division_in_the_index() -> None:
+    """[?b*?s, E] read as [?b, ?s, E] and back (a fused GELU between two matmuls): the
+    shared trailing dim maps one to one and floor division's identity removes the rest,
+    so that the kernel vectorizes."""
+    g = Builder("regroup")
+    x = g.input("x", DType.f32, (B * S, 32))
+    y = g.tanh(g.reshape(x, shape=(B, S, 32)))
+    g.output(g.reshape(y, shape=(B * S, 32)))
+    program, _ = lower_to_program(g.build(), CPU, every_size=True)
+    kernel, = program.kernels
+    text = print_program(program)
+    assert "floordiv" not in text and "mod(" not in text
+    assert any(isinstance(s, For) and s.kind == "vectorized" for s in kernel.walk())
+    assert simplify_binary("add", binary("mul", binary("floordiv", Var("i"), dim_expr(S)),
+                                         dim_expr(S)),
+                           binary("mod", Var("i"), dim_expr(S))) == Var("i")
+
+
+def test_a_cnn_over_a_batch_known_at_call_time_keeps_its_conv_and_pool_steps() -> None:
+    """Convs (implicit GEMM, and packed weights), pooling and a linear head over ?b: each
+    nest gets its schedule step (unrolled register tiles), not a plain nest."""
+    g = Builder("cnn")
+    x = g.input("x", DType.f32, (B, 8, 16, 16))
+    w1 = g.constant(RNG.standard_normal((32, 8, 3, 3)).astype(np.float32) / 8)
+    w2 = g.constant(RNG.standard_normal((32, 32, 1, 1)).astype(np.float32) / 6)
+    h = g.relu(g.conv(x, w1, pads=[1, 1, 1, 1]))
+    h = g.max_pool(h, kernel=[2, 2], strides=[2, 2])
+    h = g.relu(g.conv(h, w2))
+    g.output(g.reduce_mean(h, axes=[2, 3]))
+    graph = g.build()
+    program, _ = lower_to_program(graph, CPU, every_size=True)
+    for kernel in program.kernels:
+        if any(op in kernel.origin for op in ("conv", "max_pool")):
+            assert any(isinstance(s, For) and s.kind == "unrolled" for s in kernel.walk()), \
+                kernel.origin
+    run = executor_for(graph, CPU)
+    assert run.generic is not None, run.why_specialized
+    _check(run, graph, [(1, 8, 16, 16), (3, 8, 16, 16)])

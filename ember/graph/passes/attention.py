@@ -46,9 +46,17 @@ def _producer(value: Value, name: str) -> Op | None:
 
 
 def _unview(value: Value) -> Value:
-    """`value` before a reshape that only adds or drops leading 1s (a pure view)."""
+    """`value` before a reshape that only regroups its leading (batch) dims: adds or drops
+    leading 1s, or merges [B, H] into [B*H] as torch's bmm does (a pure view: the
+    matrices stay whole and in order)."""
     op = _producer(value, "reshape")
-    if op is not None and _strip(value.shape) == _strip(op.operands[0].shape):
+    if op is None:
+        return value
+    source = op.operands[0].shape
+    if _strip(value.shape) == _strip(source) or (
+            len(value.shape) >= 2 and len(source) >= 2
+            and tuple(value.shape[-2:]) == tuple(source[-2:])
+            and math.prod(value.shape[:-2]) == math.prod(source[:-2])):
         return op.operands[0]
     return value
 

@@ -42,7 +42,8 @@ PanelWidth = Callable[[tuple[int, ...], int], int]
 def packed_weights(op: Op, b: Builder, panel_width: PanelWidth) -> list[Value] | None:
     x, w = op.operands
     if (x.dtype is not DType.f32 or w.dtype is not DType.f32 or len(x.shape) < 2
-            or len(w.shape) != 2 or w.shape[0] * w.shape[1] < MIN_PACKED_ELEMENTS):
+            or len(w.shape) != 2 or not w.type.is_static  # (weights have numbers)
+            or w.shape[0] * w.shape[1] < MIN_PACKED_ELEMENTS):
         return None
     lanes = panel_width(x.shape, w.shape[1])
     # A narrower matrix is one panel, its own layout; and its tile, as wide as it, would

@@ -67,8 +67,6 @@ def winograd_pitch(tiles: int, channels: tuple[int, ...]) -> int:
     def sets(pitch: int, c: int) -> int:
         return len({(a * pitch * c * 4 // 64) % 64 for a in range(POINTS)})
 
-    if not isinstance(tiles, int):  # a batch known at call time: no pitch to pick
-        return tiles
     pitch = tiles
     while min(sets(pitch, c) for c in channels) < 4 and pitch < tiles + 16:
         pitch += 1
@@ -78,7 +76,9 @@ def winograd_pitch(tiles: int, channels: tuple[int, ...]) -> int:
 @winograd_rewrites.on("conv")
 def winograd(op: Op, b: Builder) -> list[Value] | None:
     weights = constant_value(b.graph, op.operands[1]) if winograd_conv(op) else None
-    if weights is None:
+    if weights is None or not op.result.type.is_static:
+        # (Sizes known at call time: the products' columns would be too, and the matmul
+        # schedule's panels need a number; the direct conv schedules take them.)
         return None
     x = op.operands[0]
     _, begins, ends, _ = window_params(2, op.attrs["strides"], op.attrs["pads"],

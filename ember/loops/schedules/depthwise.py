@@ -52,6 +52,7 @@ from ember.loops.ir import (
     Stmt,
     Store,
     Var,
+    as_expr,
     binary,
 )
 from ember.loops.schedules.lanes import lane_chunks, largest_divisor, vector_loop
@@ -162,7 +163,7 @@ def _depthwise_rows(names: FreshNames, nest: WindowNest, lanes: int, chains: int
     across = largest_divisor(blocks, chains // down)
     pad, acc = names.local(F32, (plane,)), names.local(F32, (down * across, lanes))
     nc, oh, ow0, kh, kw, r, u = (names.var(v) for v in ("nc", "oh", "ow0", "kh", "kw", "r", "u"))
-    n, c = (nc // channels, nc % channels) if nb > 1 else (Const(0), nc)
+    n, c = (Const(0), nc) if nb == 1 else (nc // channels, nc % channels)  # nb: maybe a size
     col0 = (ow0 * across + u) * lanes
     row = oh * down + r
     chain = r * across + u
@@ -241,6 +242,6 @@ def _depthwise_rows(names: FreshNames, nest: WindowNest, lanes: int, chains: int
             each_block([vector_loop(names, stop, lambda jj: nest.result_at(
                 {n_var: n, m_var: c, oh_var: row, ow_var: col0 + jj},
                 Load(acc.name, (chain, jj), F32)))])]
-    return [For(nc, Const(0), Const(nb * channels),
+    return [For(nc, Const(0), as_expr(nb * channels),
                 [*zero, *copy, For(oh, Const(0), Const(oh_n // down),
                                    [For(ow0, Const(0), Const(blocks // across), body)])])]

@@ -489,7 +489,9 @@ def _min(a: Expr | int, b: Expr | int) -> Expr:
 class _Builder:
     """Builds the scheduled nest of one Gemm; `ctx` makes its variables and locals."""
 
-    def __init__(self, ctx, g: Gemm, s: GemmSchedule):
+    def __init__(self, ctx, g: Gemm, s: GemmSchedule, most_rows: int | None = None):
+        """`most_rows`: the rows are known at call time but at most this many (the small
+        variant of a matmul of every size): its choices take them to be that many."""
         self.ctx, self.g = ctx, g
         # Rows and batches may be sizes known at call time (Dims): the choices below take
         # them at their SIZE_HINT (`hint`), and the nest computes the counts that depend on
@@ -499,16 +501,18 @@ class _Builder:
         self.rows = g.m * (self.nbatch if self.fold else 1)
         self.nb = 1 if self.fold else self.nbatch
         self.symbolic = not isinstance(self.rows, int) or not isinstance(self.nb, int)
+        rows_hint = hint(self.rows) if most_rows is None else most_rows
         # nr as fitted (`fit_schedule`): past N only when rounded up to whole vectors.
-        self.mr, self.nr = min(s.mr, hint(self.rows)), s.nr
+        self.mr, self.nr = min(s.mr, rows_hint), s.nr
         self.npc = _ceil(g.depth, s.kc)
         self.kc = _ceil(g.depth, self.npc)
         # Packed blocks are locals, on the stack of each thread: `fit_schedule` cuts them
         # to the target's budgets; these caps hold on any target.
         widest = max(self.nr, MOST_PACKED_B_BYTES // (4 * self.kc) // self.nr * self.nr)
         self.njc = _ceil(g.n, min(s.nc, widest))
-        self.work = hint(self.nbatch * g.m * g.n * g.depth)
-        matvec = matrix_vector(g.m, bool(g.batch))
+        self.work = hint(self.nbatch * g.n * g.depth) * (hint(g.m) if most_rows is None
+                                                          else most_rows)
+        matvec = matrix_vector(g.m if most_rows is None else most_rows, bool(g.batch))
         self.threaded = self.work >= (MIN_PARALLEL_MATVEC_FMAS if matvec else MIN_PARALLEL_FMAS)
         if matvec and self.threaded:
             # A matrix-vector product has one tile of rows: its columns make the tasks. Each
@@ -525,14 +529,15 @@ class _Builder:
         self.nc = self.ncp * self.nr
         self.njc = _ceil(g.n, self.nc)  # fewer when rounding up to panels made blocks wider
         tallest = max(1, MOST_PACKED_A_BYTES // (4 * self.kc) // self.mr)
-        self.mcp = min(max(1, s.mc // self.mr), tallest, _ceil(hint(self.rows), self.mr))
+        self.mcp = min(max(1, s.mc // self.mr), tallest, _ceil(rows_hint, self.mr))
         self.mc = self.mcp * self.mr
         # Row groups: the tiles split evenly, into enough groups for `parallel` tasks, and
         # small enough that a group's partial sums fit the workspace budget. (With fewer
         # tiles at run time than groups, some groups have none.)
         self.tiles = _ceil(self.rows, self.mr)
         wanted = s.parallel if self.threaded else 1  # too little work for a team
-        groups = min(hint(self.tiles), max(1, _ceil(wanted, hint(self.nb) * self.njc)))
+        tiles_hint = _ceil(rows_hint, self.mr)
+        groups = min(tiles_hint, max(1, _ceil(wanted, hint(self.nb) * self.njc)))
         if self.npc > 1 and self.symbolic:  # (a workspace per group: sized by the tiles)
             raise SymbolicShapeError(f"gemm: K = {g.depth} summed in passes needs a"
                                      " workspace sized by the rows, known at call time")
@@ -558,9 +563,9 @@ class _Builder:
         # (96->24 at 56x56: 0.27 -> 0.20); with more tiles the copy paid (16->96 at
         # 112x112: 0.44 -> 0.48 in place; 96->576 at 14x14: 0.24 -> 0.26).
         in_place = g.b_rows_contiguous and self.kc * self.nr * 4 <= B_IN_PLACE_BYTES \
-            and hint(self.tiles) <= B_IN_PLACE_TILES
+            and tiles_hint <= B_IN_PLACE_TILES
         self.bp = ctx.local(F32, (self.ncp, self.kc, self.nr)) \
-            if hint(self.tiles) > 1 and not self.b_in_panels and not in_place else None
+            if tiles_hint > 1 and not self.b_in_panels and not in_place else None
         # A's rows are copied in chunks of a_lanes; a pitch of a multiple of 4 KiB would put
         # the same k of every row of a tile in one L1 set, so such pitches get one more.
         self.a_lanes = min(self.kc, A_LANES)
@@ -917,7 +922,21 @@ def apply_gemm(ctx, g: Gemm, schedule: GemmSchedule) -> list[Stmt]:
     `local(dtype, shape)`)."""
     if streams_rows(g, schedule):
         return _RowStream(ctx, g, schedule).build()
-    return _Builder(ctx, g, schedule).build()
+    rows = g.m * (math.prod(e for _, e in g.batch) if folds_batches(g) else 1)
+    if isinstance(rows, int) or not folds_batches(g) and not all(
+            isinstance(e, int) for _, e in g.batch) or g.row is None:
+        return _Builder(ctx, g, schedule).build()
+    # Rows known at call time: a matrix-vector product when they are few (one tile of
+    # SMALL_ROWS, B read in place, the columns split among the threads) and the blocked
+    # matmul otherwise, chosen at run time. The blocked one alone packed B at every call
+    # and ran tiles of 13 rows for one: 3.8x the static code at batch 1 (an MLP,
+    # docs/benchmarks.md).
+    small = _Builder(ctx, g, dataclasses.replace(schedule, mr=SMALL_ROWS), SMALL_ROWS)
+    return [If(binary("le", as_expr(rows), SMALL_ROWS), small.build(),
+               _Builder(ctx, g, schedule).build())]
+
+
+SMALL_ROWS = 2  # a matmul of every size runs up to this many rows as a matrix-vector one
 
 
 def fit_schedule(g: Gemm, s: GemmSchedule, target: Target) -> GemmSchedule:

@@ -35,8 +35,20 @@ from __future__ import annotations
 import functools
 
 from ember.dtypes import DType
-from ember.loops.ir import Binary, Const, Fma, For, Kernel, Load, Stmt, Store, Var, binary
-from ember.loops.schedules.gemm import MIN_PARALLEL_FMAS
+from ember.loops.ir import (
+    Binary,
+    Const,
+    Fma,
+    For,
+    Kernel,
+    Load,
+    Stmt,
+    Store,
+    Var,
+    as_expr,
+    binary,
+)
+from ember.loops.schedules.gemm import MIN_PARALLEL_FMAS, hint
 from ember.loops.schedules.lanes import vector_loop
 from ember.loops.schedules.names import FreshNames
 from ember.loops.schedules.params import Parameters
@@ -150,7 +162,7 @@ def _packed_tiles(names: FreshNames, nest: WindowNest, panels: int, lanes: int
     tiles = -(-positions // rows)
     acc = names.local(F32, (rows, lanes))
     t, c, kh, kw, r = (names.var(v) for v in ("task", "c", "kh", "kw", "r"))
-    n = t // (panels * tiles) if nb > 1 else Const(0)
+    n = Const(0) if nb == 1 else t // (panels * tiles)  # (nb: maybe known at call time)
     q, p0 = (t // tiles) % panels, (t % tiles) * rows
     p = p0 + r
     if positions % rows:  # the last tile's rows past the plane read its last position
@@ -193,6 +205,6 @@ def _packed_tiles(names: FreshNames, nest: WindowNest, panels: int, lanes: int
             write_back]
     # Tasks write disjoint tiles, which the default schedule cannot see through t's
     # division into (n, q, p0): the loop is made parallel here, as the GEMM's is.
-    work = nb * m_out * positions * c_in * kh_n * kw_n
+    work = hint(nb) * m_out * positions * c_in * kh_n * kw_n
     kind = "parallel" if work >= MIN_PARALLEL_FMAS else "serial"
-    return [For(t, Const(0), Const(nb * panels * tiles), body, 1, kind)]
+    return [For(t, Const(0), as_expr(nb * panels * tiles), body, 1, kind)]

@@ -50,6 +50,7 @@ from ember.loops.ir import (
     Stmt,
     Store,
     Var,
+    as_expr,
 )
 from ember.loops.schedules.lanes import largest_divisor, vector_loop
 from ember.loops.schedules.names import FreshNames
@@ -107,7 +108,7 @@ def _pool_rows(names: FreshNames, nest: WindowNest, lanes: int, chains: int) -> 
     down = largest_divisor(oh_n, chains)  # rows taken together
     acc = names.local(F32, (down, lanes))
     nc, oh, ow0, kh, kw, r = (names.var(v) for v in ("nc", "oh", "ow0", "kh", "kw", "r"))
-    n, c = (nc // channels, nc % channels) if nb > 1 else (Const(0), nc)
+    n, c = (Const(0), nc) if nb == 1 else (nc // channels, nc % channels)  # nb: maybe a size
     row = oh * down + r
 
     def values(jj: Var) -> dict[str, Expr]:
@@ -144,6 +145,6 @@ def _pool_rows(names: FreshNames, nest: WindowNest, lanes: int, chains: int) -> 
                      [each_row([vector_loop(names, lanes, tap)])], 1, "unrolled")],
                 1, "unrolled"),
             each_row([vector_loop(names, stop, result)])]
-    return [For(nc, Const(0), Const(nb * channels),
+    return [For(nc, Const(0), as_expr(nb * channels),
                 [For(oh, Const(0), Const(oh_n // down),
                      [For(ow0, Const(0), Const(blocks), body)])])]

@@ -22,13 +22,10 @@ applies at each of those stores.
 
 from __future__ import annotations
 
-import operator
-
 from ember.dtypes import DType
 from ember.errors import UnsupportedOpError
 from ember.graph.ops.winograd import output_tiles
-from ember.graph.symbolic import definitely
-from ember.loops.ir import Const, Expr, For, Load, Stmt, Store, as_expr
+from ember.loops.ir import Const, Expr, For, Load, Stmt, Store
 from ember.loops.lower.core import LowerContext, lowering
 from ember.loops.lower.ops.linalg import store_result
 
@@ -84,15 +81,14 @@ def winograd_input(ctx: LowerContext) -> list[Stmt]:
 
     # Columns past the tiles (the pitch) are zero: the matmul reads them.
     pitch = out.shape[2]
-    past = [For(a, Const(0), Const(16), [For(col, as_expr(nb * th_n * tw_n), as_expr(pitch), [
-        Store(out.name, (a, c, col), Const(0.0, F32))])])] \
-        if definitely(operator.gt, pitch, nb * th_n * tw_n) else []
+    past = [For(a, Const(0), Const(16), [For(col, Const(nb * th_n * tw_n), Const(pitch), [
+        Store(out.name, (a, c, col), Const(0.0, F32))])])] if pitch > nb * th_n * tw_n else []
     def row_pass(i: int) -> For:
         th, tw = ctx.var("th"), ctx.var("tw")
         return For(th, Const(0), Const(th_n), [For(tw, Const(0), Const(tw_n), tile(i, th, tw))])
 
     return [For(c, Const(0), Const(channels),
-                [For(n, Const(0), as_expr(nb), [row_pass(i) for i in range(4)]), *past])]
+                [For(n, Const(0), Const(nb), [row_pass(i) for i in range(4)]), *past])]
 
 
 @lowering("winograd_output")
@@ -131,4 +127,4 @@ def winograd_output(ctx: LowerContext) -> list[Stmt]:
     body: list[Stmt] = [For(th, Const(0), Const(oh_n // 2), tiles(th, 2))]
     if oh_n % 2:  # the last row of tiles: its first row alone
         body += tiles(Const(oh_n // 2), 1)
-    return [For(n, Const(0), as_expr(nb), [For(m, Const(0), Const(channels), body)])]
+    return [For(n, Const(0), Const(nb), [For(m, Const(0), Const(channels), body)])]
