@@ -4,8 +4,7 @@ size (`ember.compile(model, dynamic=...)`: one capture with symbolic sizes, kern
 take the sizes as arguments), on bert-base over sequence lengths, ResNet-50 over batches
 and an MLP over batches (all built from their configs, random weights). Per size: the
 first call (what a new size costs) and the steady latency (median of rounds, eager
-interleaved). Each way runs in a process of its own, with no disk cache, so that neither
-finds the other's code.
+interleaved with both ways, in one process, no disk cache).
 
     python bench/bench_dynamic.py [--models bert,resnet50,mlp] [--sequences 1,128,512]
                                   [--batches 1,32] [--threads 2] [--repeat 10]
@@ -14,10 +13,8 @@ finds the other's code.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 import warnings
@@ -35,28 +32,31 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def measure(mode: str, model, inputs_for, sizes: list[int], dynamic, repeat: int) -> dict:
-    """Per size: the first call's seconds, then the median latency of Ember and eager."""
+def measure(model, inputs_for, sizes: list[int], dynamic, repeat: int) -> dict:
+    """Per size: each way's first call (the code compiled per signature, then the code of
+    every size, captured at the first size), then rounds that run Ember per signature,
+    Ember of every size and eager in turn (medians): the ratios come from one process, so
+    that a neighbour's load moves them all alike."""
     import torch
 
     import ember
 
     config = ember.Config(disk_cache=False)
-    compiled = ember.compile(model, config=config,
-                             dynamic=dynamic if mode == "dynamic" else None)
+    ways = {"static": ember.compile(model, config=config),
+            "dynamic": ember.compile(model, config=config, dynamic=dynamic)}
     result: dict = {}
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for size in sizes:
             x = inputs_for(size)
-            first = timed(lambda x=x: compiled(*x))
-            times: dict[str, list[float]] = {"ember": [], "eager": []}
+            row = {f"first {way}": timed(lambda c=c, x=x: c(*x)) for way, c in ways.items()}
+            times: dict[str, list[float]] = {"static": [], "dynamic": [], "eager": []}
             for _ in range(repeat):
-                times["ember"].append(timed(lambda x=x: compiled(*x)))
+                for way, c in ways.items():
+                    times[way].append(timed(lambda c=c, x=x: c(*x)))
                 times["eager"].append(timed(lambda x=x: model(*x)))
-            result[size] = {"first": first, **{k: statistics.median(v)
-                                               for k, v in times.items()}}
-    return {"sizes": result, "captures": compiled.compilations}
+            result[size] = {**row, **{k: statistics.median(v) for k, v in times.items()}}
+    return {"sizes": result, "captures": {way: c.compilations for way, c in ways.items()}}
 
 
 def models(args) -> dict:
@@ -85,14 +85,6 @@ def models(args) -> dict:
     return made
 
 
-def run_mode(mode: str, args) -> dict:
-    import torch
-
-    torch.set_num_threads(args.threads)
-    return {name: measure(mode, model, inputs_for, sizes, dynamic, args.repeat)
-            for name, (model, inputs_for, sizes, dynamic) in models(args).items()}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="bert,resnet50,mlp")
@@ -100,35 +92,27 @@ def main() -> None:
     parser.add_argument("--batches", default="1,32")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=10)
-    parser.add_argument("--mode", choices=("static", "dynamic"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.mode:  # one way, in this process: JSON out
-        print(json.dumps(run_mode(args.mode, args)))
-        return
+    os.environ["EMBER_NUM_THREADS"] = str(args.threads)
+    import torch
+
     from bench.bench_models import machine
 
-    env = {**os.environ, "EMBER_NUM_THREADS": str(args.threads)}
-    results = {}
-    for mode in ("static", "dynamic"):
-        done = subprocess.run([sys.executable, __file__, "--mode", mode, "--models",
-                               args.models, "--sequences", args.sequences, "--batches",
-                               args.batches, "--threads", str(args.threads), "--repeat",
-                               str(args.repeat)],
-                              env=env, stdout=subprocess.PIPE, text=True, check=True)
-        results[mode] = json.loads(done.stdout.strip().splitlines()[-1])
+    torch.set_num_threads(args.threads)
+    results = {name: measure(model, inputs_for, sizes, dynamic, args.repeat)
+               for name, (model, inputs_for, sizes, dynamic) in models(args).items()}
     print(f"Machine: {machine()}; {args.threads} thread(s).\n")
     print("| model | size | first call: per signature | every size | latency: per signature"
           " | every size | every size / per signature | eager |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for name, static in results["static"].items():
-        dynamic = results["dynamic"][name]
-        for size, one in static["sizes"].items():
-            other = dynamic["sizes"][size]
-            print(f"| {name} | {size} | {one['first'] * 1e3:.0f} ms |"
-                  f" {other['first'] * 1e3:.0f} ms | {one['ember'] * 1e3:.2f} ms |"
-                  f" {other['ember'] * 1e3:.2f} ms | {other['ember'] / one['ember']:.2f} |"
-                  f" {other['eager'] * 1e3:.2f} ms |")
-        print(f"| {name} | captures | {static['captures']} | {dynamic['captures']} | | | | |")
+    for name, result in results.items():
+        for size, r in result["sizes"].items():
+            print(f"| {name} | {size} | {r['first static'] * 1e3:.0f} ms |"
+                  f" {r['first dynamic'] * 1e3:.0f} ms | {r['static'] * 1e3:.2f} ms |"
+                  f" {r['dynamic'] * 1e3:.2f} ms | {r['dynamic'] / r['static']:.2f} |"
+                  f" {r['eager'] * 1e3:.2f} ms |")
+        captures = result["captures"]
+        print(f"| {name} | captures | {captures['static']} | {captures['dynamic']} | | | | |")
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from typing import Any
 
 from ember.dtypes import DType
 from ember.errors import ScheduleError, VerificationError
-from ember.graph.symbolic import SymbolicShapeError, definitely
+from ember.graph.symbolic import definitely
 from ember.loops.analysis import access_kind, independent, stored_buffers
 from ember.loops.cost import trip_count, weighted
 from ember.loops.ir import (
@@ -174,10 +174,7 @@ def _block_matmuls(scheduling: _Scheduling, target: Target, matmuls: list) -> No
     for loop, g, chosen in matmuls:
         name, args = gemm_schedules.gemm_step(loop, gemm_schedules.fit_schedule(g, chosen,
                                                                                 target))
-        try:
-            scheduling.apply(name, *args)
-        except SymbolicShapeError:
-            pass  # (K summed in passes with rows known at call time: the plain nest stays)
+        scheduling.apply(name, *args)
 
 
 def _matmul_schedules(kernel: Kernel, target: Target, tuning: Tuning | None) -> list:
@@ -449,10 +446,9 @@ def _default_scheduling(kernel: Kernel, target: Target, matmuls: list | None = N
         matmuls = _matmul_schedules(kernel, target, None)
     _block_matmuls(scheduling, target, matmuls)
     for nest in _nest_steps(kernel, target, None, matmuls) if nests is None else nests:
-        try:
-            scheduling.apply(nest.step.name, *nest.step.args)
-        except SymbolicShapeError:
-            pass  # a step that needs a size known only at call time: the plain nest stays
+        # (A step that needs a size known only at call time raises SymbolicShapeError: the
+        # plain nest would be many times slower, so the driver compiles per size instead.)
+        scheduling.apply(nest.step.name, *nest.step.args)
     _block_transposes(scheduling, target)
     _parallelize_nests(scheduling, MIN_PARALLEL_WORK)
     _vectorize_inner_loops(scheduling, target)

@@ -226,7 +226,10 @@ def match_gemm(body: list[Stmt], shapes: dict[str, tuple[int, ...]] | None = Non
         return None
     extent = {loop.var.name: expr_dim(loop.stop) for loop in loops}
     if col is not None and not isinstance(extent[col], int):
-        return None  # the columns make the packed panels: a number is needed
+        # The columns make the packed panels: a number is needed (a plain nest would be
+        # many times slower; the driver compiles per size instead).
+        raise SymbolicShapeError(f"a matmul of {extent[col]} columns, a size known only at"
+                                 " call time")
     return Gemm(tuple((n, extent[n]) for n in rest), row, extent.get(row, 1), col,
                 extent.get(col, 1), k, int(reduce.stop.value), a, b, acc, tuple(result),
                 b_panels=_panel_width(b, k, col, shapes))
@@ -590,7 +593,7 @@ class _Builder:
     def values(self, batch: Expr, row: Expr, k: Expr | None, col: Expr | None) -> dict:
         """The plain nest's variables as expressions of the scheduled ones."""
         g = self.g
-        if self.fold and self.nbatch > 1:
+        if self.fold and self.nbatch != 1:  # (a Dim is never 1)
             batch, row = row // g.m, row % g.m
         values: dict[str, Expr] = {}
         for depth, (name, extent) in reversed(list(enumerate(g.batch))):
