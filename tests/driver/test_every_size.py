@@ -67,7 +67,7 @@ def _masked_attention():
 
 def test_attention_blocks_keys_known_at_call_time() -> None:
     """Whole blocks of keys, those past the end masked, for every length (the schedule's
-    blocks are 256 keys: lengths below, at and past one block)."""
+    blocks are 128 keys: lengths below, at and past one and two blocks)."""
     graph = _masked_attention()
     run = executor_for(graph, CPU)
     assert run.generic is not None, run.why_specialized

@@ -81,6 +81,12 @@ PARAMETERS: Parameters = {"key_block": (256, (64, 128, 256, 512)),
                           "row_group": (4, (2, 4, 6, 8)),
                           "tile_vectors": (4, (1, 2, 3, 4))}
 
+# Keys known only at call time run in whole blocks of at most this many, those past the end
+# masked: a short sequence wastes less of its last block (bert-base's attention at 128
+# tokens: 0.43 ms in blocks of 256, 0.28 in blocks of 128; at 512, 4.33 and 4.23; blocks
+# of 64: 0.33 and 4.45).
+MASKED_BLOCK = 128
+
 Read = Callable[[list[Expr]], Expr]
 
 
@@ -117,7 +123,7 @@ def schedule_attention(ctx: FreshNames, att: Attention, key_block: int, row_grou
     batch, rows, dim, keys, width = att.batch, att.rows, att.dim, att.keys, att.width
     scale = att.scale
     group = max(1, min(row_group, rows)) if isinstance(rows, int) else row_group
-    block = min(key_block, keys) if isinstance(keys, int) else key_block
+    block = min(key_block, keys) if isinstance(keys, int) else min(key_block, MASKED_BLOCK)
     scores = ctx.local(F32, (group, block))
     acc = ctx.local(F32, (group, width))
     top, total, part, fresh, corr, shift = (ctx.local(F32, (group,)) for _ in range(6))
