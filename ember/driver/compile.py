@@ -23,7 +23,8 @@ from ember.graph.symbolic import SymbolicShapeError
 def executor_for(graph: Graph, config: Config) -> Callable[..., Any]:
     """A function running `graph` on arrays: the compiled `Executable` (config.executor ==
     "cpu"), or the reference interpreter. A graph with symbolic sizes runs through
-    `SizeSpecialized`: code (or an interpreter) per binding of its sizes."""
+    `SizeSpecialized`: compiled once for every size where it can be, else code (or an
+    interpreter) per binding of its sizes."""
     if is_symbolic(graph):
         generic = None
         if config.executor == "cpu":

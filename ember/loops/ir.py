@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ember.dtypes import DType
-from ember.graph.symbolic import Dim, DimLike
+from ember.graph.symbolic import Dim, DimLike, dim_max, dim_min, floor_div, modulo, symbol
 
 INDEX = DType.i64
 
@@ -163,8 +163,8 @@ class Bitcast(Expr):
 
 
 # A size known at call time (a symbolic dim of the graph, `?b`) is a variable of the kernels
-# that read it, named with the dim's `?` (loop variables never are): codegen passes it as
-# an argument, the interpreter binds it from the call's shapes.
+# that read it, named with the dim's `?` (loop variables never are): code generation makes
+# it an argument of the kernel, and the runtime binds it from each call's shapes.
 SIZE_PREFIX = "?"
 
 
@@ -206,8 +206,6 @@ _DIM_OPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda 
 def expr_dim(e: Expr) -> DimLike | None:
     """An i64 expression of constants and size variables as a graph dim (the inverse of
     `dim_expr`), or None when it reads anything else (loop variables, memory)."""
-    from ember.graph.symbolic import dim_max, dim_min, floor_div, modulo, symbol
-
     if isinstance(e, Const) and e.dtype is INDEX:
         return int(e.value)
     if isinstance(e, Var):
