@@ -24,8 +24,10 @@ from ember.graph.ir import Graph
 from ember.target import Target
 
 
-def _graph_of(model: Any, example_inputs: Any) -> tuple[Graph, list[str] | None]:
-    """The graph of `model` specialized to the example inputs, and its input names."""
+def _graph_of(model: Any, example_inputs: Any, dynamic: Any = None
+              ) -> tuple[Graph, list[str] | None]:
+    """The graph of `model` specialized to the example inputs (a torch module's sizes that
+    `dynamic` names kept symbolic), and its input names."""
     from ember.api.compile import is_onnx, is_torch_module
 
     if isinstance(model, Graph):
@@ -34,7 +36,13 @@ def _graph_of(model: Any, example_inputs: Any) -> tuple[Graph, list[str] | None]
     if is_torch_module(model):
         from ember.frontends.torch.export import export as torch_export
 
-        graph = torch_export(model, tuple(inputs))  # in the mode the caller set (eval)
+        if dynamic is not None:
+            from ember.frontends.torch.export import capture_program, import_program
+
+            program, _ = capture_program(model, tuple(inputs), {}, dynamic)
+            graph = import_program(program, "model")
+        else:
+            graph = torch_export(model, tuple(inputs))  # in the mode the caller set (eval)
         return graph, [v.name or f"input{i}" for i, v in enumerate(graph.inputs)]
     if is_onnx(model):
         from ember.frontends.onnx.importer import Importer, load_model
@@ -54,11 +62,14 @@ def _graph_of(model: Any, example_inputs: Any) -> tuple[Graph, list[str] | None]
 
 def export(model: Any, example_inputs: Any, out_dir: str | Path, *,
            target: Target | str | None = None, name: str = "model",
-           config: Config | None = None) -> Path:
+           config: Config | None = None, dynamic: Any = None) -> Path:
     """Compile `model` for `target` (a Target or a preset's name such as
     "aarch64-linux-gnu" or "neoverse-n1"; default: the config's, else this machine) into a
     shared library, a C header, metadata and an example program in `out_dir`; returns
-    `out_dir`. The kernels are shaped for that target (its vectors, registers, caches)."""
+    `out_dir`. The kernels are shaped for that target (its vectors, registers, caches).
+    `dynamic` (a torch module's, as `ember.compile` takes it, each size with a largest
+    value: `{"x": {0: torch.export.Dim("batch", max=64)}}`), or a graph with bounded
+    symbolic sizes: the library takes the sizes at each run (`<name>_run_sized`)."""
     from ember.driver.pipeline import lower_to_program, resolve
     from ember.runtime.aot import write_library
 
@@ -66,8 +77,10 @@ def export(model: Any, example_inputs: Any, out_dir: str | Path, *,
     if target is not None:
         config = dataclasses.replace(config, target=target)
     config = resolve(config)  # an unknown target fails before any work
-    graph, input_names = _graph_of(model, example_inputs)
-    program, plan = lower_to_program(graph, config)
+    graph, input_names = _graph_of(model, example_inputs, dynamic)
+    # Sizes known at call time stay symbolic: the library takes them at each run, up to the
+    # bounds the graph gives them (ember/runtime/aot.py).
+    program, plan = lower_to_program(graph, config, every_size=True)
     output_names = [v.name or f"output{i}" for i, v in enumerate(graph.outputs)]
     return write_library(program, plan, out_dir, config.target, name, input_names,
                          output_names)

@@ -14,7 +14,10 @@ with no Python, and `load` to call one from Python (for tests).
       void <name>_set_num_threads(int n);            // parallel loops' team (0: default)
 
   plus the number, names, dtypes, shapes and byte sizes of inputs and outputs, as macros
-  and functions. Buffers are dense row-major (C order), 64-byte aligned preferred (any
+  and functions. A program of every size up to its bounds (docs/aot.md) adds
+  `<name>_run_sized(model, const int64_t *sizes, inputs, outputs)` and its sizes' names
+  and bounds; its shapes and byte sizes there are the bounds' (the largest), and its arena
+  is packed at the bounds. Buffers are dense row-major (C order), 64-byte aligned preferred (any
   alignment of the element size works). One model may run on one thread at a time (the
   scratch arena is per model object; create one per thread);
 - `<name>.json`: the same metadata for tools, plus the target and the files;
@@ -40,6 +43,8 @@ import numpy as np
 from ember.codegen import CodegenError
 from ember.dtypes import DType
 from ember.errors import EmberError, ShapeError
+from ember.graph.bind import bind_shapes
+from ember.graph.symbolic import Dim, evaluate, parse_dim
 from ember.loops.ir import Buffer, Program
 from ember.runtime.memory_plan import ALIGNMENT, MemoryPlan
 from ember.target import Target
@@ -65,9 +70,14 @@ def _weights(program: Program, constants: list[Buffer]) -> tuple[bytes, list[int
     return bytes(blob), offsets
 
 
-def _meta(buffers: list[Buffer], names: list[str]) -> list[dict[str, Any]]:
-    return [{"name": n, "buffer": b.name, "dtype": b.dtype.value, "shape": list(b.shape),
-             "bytes": b.nbytes} for n, b in zip(names, buffers)]
+def _meta(buffers: list[Buffer], names: list[str], bounds: dict[str, int]
+          ) -> list[dict[str, Any]]:
+    """Each buffer's name, dtype and shape (a size known at call time as its text, `2*?b`),
+    and its shape and bytes at the sizes' bounds (the largest it can be)."""
+    return [{"name": n, "buffer": b.name, "dtype": b.dtype.value,
+             "shape": [d if isinstance(d, int) else str(d) for d in b.shape],
+             "max_shape": [int(evaluate(d, bounds)) for d in b.shape],
+             "bytes": int(evaluate(b.nbytes, bounds))} for n, b in zip(names, buffers)]
 
 
 def _header(name: str, meta: dict[str, Any]) -> str:
@@ -81,7 +91,7 @@ def _header(name: str, meta: dict[str, Any]) -> str:
     for kind in ("inputs", "outputs"):
         for i, m in enumerate(meta[kind]):
             tag = f"{upper}_{kind[:-1].upper()}{i}"
-            shape = "][".join(map(str, m["shape"])) or ""
+            shape = "][".join(map(str, m["max_shape"])) or ""
             dims = ",".join(map(str, m["shape"]))
             c_type = C_TYPES[DType(m["dtype"])] + (f"[{shape}]" if shape else "")
             lines += [f"/* {kind[:-1]} {i}: \"{m['name']}\" {m['dtype']}[{dims}] ({c_type}) */",
@@ -94,6 +104,7 @@ def _header(name: str, meta: dict[str, Any]) -> str:
               " above. Returns 0. */",
               f"int {name}_run({name}_t *model, const void *const *inputs,"
               f" void *const *outputs);",
+              *(_sized_header(name, meta) if meta["sizes"] else []),
               f"void {name}_destroy({name}_t *model);",
               "/* Threads for parallel loops, for every model of this library (0: the OpenMP"
               " default). */",
@@ -113,6 +124,24 @@ def _header(name: str, meta: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _sized_header(name: str, meta: dict[str, Any]) -> list[str]:
+    """The API of a library compiled for every size up to its bounds."""
+    upper = name.upper()
+    sizes = meta["sizes"]
+    return [f"/* Compiled for every size up to its bound: {upper}_NUM_SIZES sizes,"
+            " in this order: "
+            + ", ".join(f"?{s['name']} <= {s['bound']}" for s in sizes) + ". */",
+            f"#define {upper}_NUM_SIZES {len(sizes)}",
+            "/* Run at the sizes sizes[0..NUM_SIZES) (the shapes above are at the bounds, the"
+            " largest; <name>.json gives each dim's expression). Returns 0, or 1 (and runs"
+            " nothing) when a size is not between 1 and its bound. <name>_run runs at the"
+            " bounds. */",
+            f"int {name}_run_sized({name}_t *model, const int64_t *sizes,"
+            f" const void *const *inputs, void *const *outputs);",
+            f"const char *{name}_size_name(int i);",
+            f"int64_t {name}_size_bound(int i);"]
+
+
 def _c_strings(items: list[str]) -> str:
     return "{" + ", ".join(json.dumps(s) for s in items) + "}" if items else "{0}"
 
@@ -125,7 +154,7 @@ def _c_array(ctype: str, name: str, values: list[str]) -> str:
 
 def _tables(name: str, kind: str, items: list[dict[str, Any]]) -> list[str]:
     """The metadata tables of the inputs or outputs and their accessor functions."""
-    lines = [_c_array("int64_t ", f"{kind}{i}_shape", [str(d) for d in m["shape"]])
+    lines = [_c_array("int64_t ", f"{kind}{i}_shape", [str(d) for d in m["max_shape"]])
              for i, m in enumerate(items)]
     lines += [
         _c_array("char *const ", f"{kind}_names", [json.dumps(m["name"]) for m in items]),
@@ -146,11 +175,12 @@ def _tables(name: str, kind: str, items: list[dict[str, Any]]) -> list[str]:
 def _runtime(name: str, program: Program, plan: MemoryPlan, meta: dict[str, Any],
              offsets: list[int]) -> str:
     entry = f"{program.name}_entry"
-    ins, outs = meta["inputs"], meta["outputs"]
+    ins, outs, sizes = meta["inputs"], meta["outputs"], meta["sizes"]
+    tail = ", const int64_t *sizes, const int64_t *offsets" if sizes else ""
     lines = [f"/* {name}.c: generated by Ember: the C runtime around the compiled entry. */",
              "#include <stdlib.h>", "#include <string.h>", f'#include "{name}.h"', "",
              f"extern void {entry}(void *const *inputs, void *const *outputs,"
-             " void *const *constants, void *arena);",
+             f" void *const *constants, void *arena{tail});",
              f"extern int32_t {program.name}_num_threads __attribute__((weak));",
              f"extern const unsigned char {name}_weights[];", "",
              f"struct {name}_state {{ void *arena; void *constants[{max(1, len(offsets))}]; }};",
@@ -167,16 +197,44 @@ def _runtime(name: str, program: Program, plan: MemoryPlan, meta: dict[str, Any]
               f"    for (int i = 0; i < {len(offsets)}; i++)",
               f"        m->constants[i] = (void *)({name}_weights + constant_offsets[i]);",
               "    return m;", "}", "",
-              f"int {name}_run({name}_t *m, const void *const *inputs,"
-              " void *const *outputs) {",
-              f"    {entry}((void *const *)inputs, outputs, m->constants, m->arena);",
-              "    return 0;", "}", "",
+              *(_sized_runtime(name, entry, program, plan, sizes) if sizes else [
+                  f"int {name}_run({name}_t *m, const void *const *inputs,"
+                  " void *const *outputs) {",
+                  f"    {entry}((void *const *)inputs, outputs, m->constants, m->arena);",
+                  "    return 0;", "}", ""]),
               f"void {name}_destroy({name}_t *m) {{ if (m) {{ free(m->arena); free(m); }} }}",
               "",
               f"void {name}_set_num_threads(int n) {{",
               f"    if (&{program.name}_num_threads) {program.name}_num_threads = n < 0 ? 0 : n;",
               "}", ""]
     return "\n".join(lines)
+
+
+def _sized_runtime(name: str, entry: str, program: Program, plan: MemoryPlan,
+                   sizes: list[dict[str, Any]]) -> list[str]:
+    """`run_sized`, `run` (at the bounds) and the sizes' tables. The temps' offsets are the
+    arena packed at the bounds (`plan`), which serves every smaller size: each temp's
+    bytes grow with the sizes (`write_library` checks), so at smaller sizes it fits in
+    the place it has at the bounds, and temps that share memory never live at once."""
+    offsets = [str(plan.offsets[b.name]) for b in program.of_kind("temp")]
+    n = len(sizes)
+    return [_c_array("int64_t ", "temp_offsets", offsets),
+            _c_array("int64_t ", "size_bounds", [str(s["bound"]) for s in sizes]),
+            _c_array("char *const ", "size_names", [json.dumps(s["name"]) for s in sizes]),
+            f"const char *{name}_size_name(int i) {{ return i >= 0 && i < {n} ?"
+            " size_names[i] : NULL; }",
+            f"int64_t {name}_size_bound(int i) {{ return i >= 0 && i < {n} ?"
+            " size_bounds[i] : 0; }", "",
+            f"int {name}_run_sized({name}_t *m, const int64_t *sizes,"
+            " const void *const *inputs, void *const *outputs) {",
+            f"    for (int i = 0; i < {n}; i++)",
+            "        if (sizes[i] < 1 || sizes[i] > size_bounds[i]) return 1;",
+            f"    {entry}((void *const *)inputs, outputs, m->constants, m->arena, sizes,"
+            " temp_offsets);",
+            "    return 0;", "}", "",
+            f"int {name}_run({name}_t *m, const void *const *inputs,"
+            " void *const *outputs) {",
+            f"    return {name}_run_sized(m, size_bounds, inputs, outputs);", "}", ""]
 
 
 def _main_c(name: str) -> str:
@@ -236,6 +294,11 @@ int main(int argc, char **argv) {{
 """
 
 
+def _shape(meta: dict[str, Any]) -> list:
+    """A buffer's shape from the library's metadata: numbers, and sizes' expressions."""
+    return [parse_dim(d) if isinstance(d, str) else int(d) for d in meta["shape"]]
+
+
 def _run(command: list[str], cwd: Path) -> None:
     done = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
     if done.returncode != 0:
@@ -252,14 +315,17 @@ def write_library(program: Program, plan: MemoryPlan, out_dir: str | Path, targe
 
     name = c_name(name)
     out = Path(out_dir)
+    bounds = _every_size_bounds(program)
+    plan = plan.bind(bounds)  # (a program of every size: its arena at the bounds)
     out.mkdir(parents=True, exist_ok=True)
     inputs, outputs = program.of_kind("input"), program.of_kind("output")
     constants = program.of_kind("constant")
     blob, offsets = _weights(program, constants)
     meta = {"name": name, "program": program.name, "target": target.name,
             "triple": target.triple,
-            "inputs": _meta(inputs, input_names or [b.name for b in inputs]),
-            "outputs": _meta(outputs, output_names or [b.name for b in outputs]),
+            "sizes": [{"name": n, "bound": bounds[n]} for n in program.sizes],
+            "inputs": _meta(inputs, input_names or [b.name for b in inputs], bounds),
+            "outputs": _meta(outputs, output_names or [b.name for b in outputs], bounds),
             "arena_bytes": plan.arena_size,
             "weights": {"bytes": len(blob), "alignment": ALIGNMENT,
                         "constants": [{"buffer": b.name, "dtype": b.dtype.value,
@@ -292,6 +358,34 @@ def write_library(program: Program, plan: MemoryPlan, out_dir: str | Path, targe
     return out
 
 
+def _every_size_bounds(program: Program) -> dict[str, int]:
+    """The bound of each of the program's sizes; a ShapeError where one has none, or where a
+    temp's bytes do not grow with the sizes (the arena is packed at the bounds)."""
+    sizes = program.sizes
+    missing = [n for n in sizes if n not in program.size_bounds]
+    if missing:
+        raise ShapeError("ahead-of-time code of every size needs the largest value of each"
+                         " size, and " + ", ".join("?" + n for n in missing) + " has none"
+                         " (give the graph's size_bounds, or the sizes as numbers)")
+    for b in program.of_kind("temp"):
+        if not _grows(b.nbytes):
+            raise ShapeError(f"temp %{b.name} of {b.nbytes} bytes does not grow with the"
+                             " sizes: its place in an arena packed at the bounds may not"
+                             " hold it at smaller sizes")
+    return {n: program.size_bounds[n] for n in sizes}
+
+
+def _grows(size: Any) -> bool:
+    """Whether `size` (an int or a Dim) never decreases as a size grows: positive
+    coefficients, and atoms that grow (no remainders)."""
+    if not isinstance(size, Dim):
+        return True
+    return all(c > 0 or not monomial for monomial, c in size.terms) and all(
+        isinstance(atom, str) or atom[0] in ("div", "min", "max") and _grows(atom[1])
+        and _grows(atom[2]) and (atom[0] != "div" or isinstance(atom[2], int))
+        for monomial, _ in size.terms for atom in monomial)
+
+
 class Library:
     """A library written by `write_library`, loaded with ctypes: call it like an Executable
     (NumPy arrays in, a list of arrays out)."""
@@ -308,6 +402,12 @@ class Library:
         create.restype = ctypes.c_void_p
         self._run = getattr(self.lib, f"{name}_run")
         self._run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        self.sizes = [m["name"] for m in self.meta.get("sizes", [])]
+        self.bounds = {m["name"]: m["bound"] for m in self.meta.get("sizes", [])}
+        if self.sizes:
+            self._run_sized = getattr(self.lib, f"{name}_run_sized")
+            self._run_sized.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                        ctypes.c_void_p]
         self._destroy = getattr(self.lib, f"{name}_destroy")
         self._destroy.argtypes = [ctypes.c_void_p]
         self.set_num_threads = getattr(self.lib, f"{name}_set_num_threads")
@@ -319,17 +419,26 @@ class Library:
         specs = self.meta["inputs"]
         if len(arrays) != len(specs):
             raise ShapeError(f"the model takes {len(specs)} inputs, got {len(arrays)}")
+        arrays = [np.asarray(a) for a in arrays]
+        env = bind_shapes(f"library {self.meta['name']}", [m["name"] for m in specs],
+                          [_shape(m) for m in specs], [a.shape for a in arrays],
+                          self.bounds) if self.sizes else {}
         ins = []
         for i, (a, m) in enumerate(zip(arrays, specs)):
-            a = np.asarray(a)
-            if a.dtype != DType(m["dtype"]).np or list(a.shape) != m["shape"]:
-                raise ShapeError(f"input {i} ({m['name']}): expected {m['dtype']}{m['shape']},"
+            shape = [int(evaluate(d, env)) for d in _shape(m)]
+            if a.dtype != DType(m["dtype"]).np or list(a.shape) != shape:
+                raise ShapeError(f"input {i} ({m['name']}): expected {m['dtype']}{shape},"
                                  f" got {a.dtype}{list(a.shape)}")
             ins.append(a if a.flags.c_contiguous else a.copy())
-        outs = [np.empty(m["shape"], DType(m["dtype"]).np) for m in self.meta["outputs"]]
+        outs = [np.empty([int(evaluate(d, env)) for d in _shape(m)], DType(m["dtype"]).np)
+                for m in self.meta["outputs"]]
         in_ptrs = (ctypes.c_void_p * max(1, len(ins)))(*(a.ctypes.data for a in ins))
         out_ptrs = (ctypes.c_void_p * max(1, len(outs)))(*(a.ctypes.data for a in outs))
-        self._run(self.model, in_ptrs, out_ptrs)
+        if self.sizes:
+            sizes = (ctypes.c_int64 * len(self.sizes))(*(env[n] for n in self.sizes))
+            self._run_sized(self.model, sizes, in_ptrs, out_ptrs)
+        else:
+            self._run(self.model, in_ptrs, out_ptrs)
         return outs
 
     def __del__(self) -> None:

@@ -239,8 +239,28 @@ def test_a_graph_declares_its_bounds_in_its_text_and_calls_are_checked() -> None
     assert "where" not in print_graph(specialize(graph, {"b": 2, "s": 7}))
 
 
-def test_ahead_of_time_code_needs_numbers_for_sizes(tmp_path) -> None:
-    with pytest.raises(ShapeError, match=r"graph @mlp has sizes known only at call time \(\?b\)"):
+def test_ahead_of_time_code_of_every_size_needs_bounds(tmp_path) -> None:
+    with pytest.raises(ShapeError, match=r"largest value of each size, and \?b has none"):
         ember.export(_mlp(), None, tmp_path)
     static = specialize(_mlp(), {"b": 2})
     assert (ember.export(static, None, tmp_path / "static") / "model.h").exists()
+
+
+def test_an_ahead_of_time_library_takes_the_sizes_at_each_run(tmp_path) -> None:
+    """A graph with bounded sizes exports once; the library binds each run's sizes (its
+    arena packed at the bounds), refuses sizes past them, and its C API takes them."""
+    graph = _mlp()
+    graph.size_bounds = {"b": 32}
+    out = ember.export(graph, None, tmp_path)
+    header = (out / "model.h").read_text()
+    assert "model_run_sized(model_t *model, const int64_t *sizes" in header
+    assert "#define MODEL_NUM_SIZES 1" in header and "?b <= 32" in header
+    run = ember.load(out)
+    rng = np.random.default_rng(3)
+    for n in (1, 5, 32, 2):
+        x = rng.standard_normal((n, 16)).astype(np.float32)
+        np.testing.assert_allclose(run(x)[0], interpret(graph, [x])[0], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ShapeError, match=r"\?b is 33 .* above its bound 32"):
+        run(np.zeros((33, 16), np.float32))
+    with pytest.raises(ShapeError, match="dim 1 is 15, expected 16"):
+        run(np.zeros((2, 15), np.float32))

@@ -51,8 +51,8 @@ def run_main(out: Path, inputs, prefix=()) -> list[np.ndarray]:
     done = subprocess.run([*prefix, "./main", *names], cwd=out, capture_output=True, text=True,
                           timeout=1800)
     assert done.returncode == 0, done.stderr
-    return [np.fromfile(out / f"out{i}.bin", ember.DType(m["dtype"]).np).reshape(m["shape"])
-            for i, m in enumerate(meta["outputs"])]
+    return [np.fromfile(out / f"out{i}.bin", ember.DType(m["dtype"]).np).reshape(
+        m.get("max_shape", m["shape"])) for i, m in enumerate(meta["outputs"])]
 
 
 def assert_close(got, want, atol=1e-5) -> None:
@@ -72,6 +72,29 @@ def test_exported_graph_runs_from_c_and_from_python(tmp_path) -> None:
     assert_close(ember.load(out)(x), want)
     build_main(out)
     assert_close(run_main(out, [x]), want)
+
+
+def test_a_library_of_every_size_runs_from_c_at_its_bounds(tmp_path) -> None:
+    """A batch known at call time, up to 16: `main.c` (its `model_run`) runs at the bound;
+    from Python, each call's batch binds (tests/graph/test_symbolic.py has more)."""
+    from ember.graph.symbolic import symbol
+
+    rng = np.random.default_rng(0)
+    b = ember.Builder("mlp")
+    x = b.input("x", "f32", (symbol("n"), 64))
+    w = b.constant(rng.standard_normal((64, 32)).astype(np.float32) / 8, name="w")
+    b.output(b.softmax(b.relu(b.matmul(x, w)), axis=-1))
+    graph = b.build()
+    graph.size_bounds = {"n": 16}
+    out = ember.export(graph, None, tmp_path)
+    meta = json.loads((out / "model.json").read_text())
+    assert meta["sizes"] == [{"name": "n", "bound": 16}]
+    assert meta["inputs"][0]["shape"] == ["?n", 64] and meta["inputs"][0]["max_shape"] == [16, 64]
+    x16 = rng.standard_normal((16, 64)).astype(np.float32)
+    build_main(out)
+    assert_close(run_main(out, [x16]), ember.interpret(graph, [x16]))
+    x3 = x16[:3]
+    assert_close(ember.load(out)(x3), ember.interpret(graph, [x3]))
 
 
 def test_loaded_library_checks_its_inputs(tmp_path) -> None:
@@ -141,3 +164,18 @@ def test_resnet50_cross_compiled_for_aarch64_runs_under_qemu(tmp_path) -> None:
     out = ember.export(graph, [x.numpy()], tmp_path, target="aarch64-linux-gnu")
     build_main(out, "aarch64-linux-gnu-gcc")
     assert_close(run_main(out, [x.numpy()], QEMU), want, atol=1e-4)
+
+
+def test_a_torch_module_exports_for_every_batch_up_to_a_bound(tmp_path) -> None:
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU()).eval()
+    batch = torch.export.Dim("batch", max=32)
+    out = ember.export(model, (torch.randn(4, 16),), tmp_path,
+                       dynamic={"input": {0: batch}})
+    run = ember.load(out)
+    assert list(run.bounds.values()) == [32]  # (the size keeps torch's symbol name)
+    with torch.no_grad():
+        for n in (1, 7, 32):
+            x = torch.randn(n, 16)
+            np.testing.assert_allclose(run(x.numpy())[0], model(x).numpy(), rtol=1e-5,
+                                       atol=1e-6)
