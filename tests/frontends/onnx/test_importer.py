@@ -79,9 +79,11 @@ def test_dynamic_axes_run_any_size_from_one_import(executor) -> None:
         x = rng.standard_normal((batch, seq, 8)).astype(np.float32)
         np.testing.assert_allclose(rep.run([x])[0], session.run(None, {"x": x})[0],
                                    rtol=1e-5, atol=1e-6)
-    graph, _ = rep.symbolic()
+    graph, runner = rep.symbolic()
     assert "graph.size {value = ?batch}" in str(graph)
     assert rep.specializations == []  # nothing was imported per signature
+    if executor == "cpu":  # and compiled once, for every size
+        assert runner.generic is not None and runner.compilations == 1, runner.why_specialized
 
 
 def test_model_from_path_and_bytes(tmp_path) -> None:
