@@ -146,7 +146,7 @@ def main() -> None:
         print(json.dumps(run_way(model_name, way, args.new, args.repeat)))
         return
 
-    from bench.bench_models import machine, record
+    from bench.bench_models import machine, publish
     from ember.runtime.machine import measure
     from ember.target import Target
 
@@ -178,10 +178,7 @@ def main() -> None:
                      + (f"{best / floor_ms:.2f}" if best else "n/a")
                      + f" | {'yes' if match else 'NO'} | {first:.1f} |")
         print(lines[-1], flush=True)
-    table = "\n".join(lines) + "\n"
-    print(table)
-    if not args.no_record:
-        record(table)
+    publish(lines, not args.no_record)
 
 
 if __name__ == "__main__":

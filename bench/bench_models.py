@@ -214,6 +214,15 @@ def footprint(compiled) -> float:
     return (constants + exe.plan.arena_size + outputs) / 2**20
 
 
+def publish(lines: list[str], record_it: bool) -> None:
+    """Print a results table made of `lines`, and append it to docs/benchmarks.md unless
+    asked not to (`--no-record`)."""
+    table = "\n".join(lines) + "\n"
+    print(table)
+    if record_it:
+        record(table)
+
+
 def record(table: str) -> None:
     """Append a results table to docs/benchmarks.md (every bench script records here)."""
     doc = ROOT / "docs" / "benchmarks.md"
@@ -284,10 +293,7 @@ def main() -> None:
                            ("ort", "vs ONNX Runtime"))) + ".",
               "Cold compile: an empty cache (torch.export included); warm: the same module"
               " compiled again with nothing in memory, found on disk by its fingerprint."]
-    table = "\n".join(lines) + "\n"
-    print(table)
-    if not args.no_record:
-        record(table)
+    publish(lines, not args.no_record)
 
 
 if __name__ == "__main__":

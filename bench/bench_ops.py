@@ -32,7 +32,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import ember  # noqa: E402
-from bench.bench_models import machine, median_ms, record  # noqa: E402
+from bench.bench_models import machine, median_ms, publish  # noqa: E402
 
 
 def ort_session(model, threads: int):
@@ -277,10 +277,7 @@ def main() -> None:
     lines += ["", "Speed-ups compare Ember called the ordinary way (a fresh output array per"
               " call) with the peer; above 1x, Ember is faster. GB/s and GFLOP/s are of the"
               " `out=` call; the copy and the FMA peak are the roofs."]
-    table = "\n".join(lines) + "\n"
-    print(table)
-    if not args.no_record:
-        record(table)
+    publish(lines, not args.no_record)
 
 
 if __name__ == "__main__":

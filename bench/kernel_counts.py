@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from bench.bench_models import make_model, record  # noqa: E402
+from bench.bench_models import make_model, publish  # noqa: E402
 from ember.driver.pass_manager import PassManager  # noqa: E402
 from ember.frontends.torch.export import capture_program, import_program  # noqa: E402
 from ember.graph.ir import clone_graph  # noqa: E402
@@ -60,10 +60,7 @@ def main() -> None:
     for r in rows:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(r["kinds"].items()))
         lines.append(f"| {r['model']} | {r['ops']} | {r['unfused']} | {r['fused']} | {kinds} |")
-    table = "\n".join(lines) + "\n"
-    print(table)
-    if not args.no_record:
-        record(table)
+    publish(lines, not args.no_record)
 
 
 if __name__ == "__main__":

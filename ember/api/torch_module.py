@@ -7,10 +7,11 @@ Ember does not support run in eager PyTorch (with a warning) unless `strict=True
 module that torch.export cannot capture but that runs on the inputs (its output holds a
 transformers `DynamicCache`) is compiled through torch.compile with the ember backend
 instead, with one warning. With `dynamic=` the module is captured once with those sizes
-symbolic, and every signature that binds them shares that capture (compiled code per
-binding); a model whose sizes Ember cannot keep symbolic is captured per signature, with
-one warning. A compiled module reads the module's attributes, and its `generate`
-(transformers) runs the module's own with each forward compiled.
+symbolic, and every signature that binds them shares that capture (code compiled once
+for every size, or per binding where a stage needs a size as a number); a model whose
+sizes Ember cannot keep symbolic is captured per signature, with one warning. A compiled
+module reads the module's attributes, and its `generate` (transformers) runs the module's
+own with each forward compiled.
 """
 
 from __future__ import annotations

@@ -111,27 +111,12 @@ class GraphRunner:
                     and t.is_cpu and t.is_contiguous() and not t.is_neg()):
                 return None
             inputs.append(t.data_ptr())
-        if not self.writes:
-            outputs = [new() for new in self._new_outputs]
-            if outputs and type(outputs[0]) is not torch.Tensor:
-                return None  # a mode that makes tensors without memory (FakeTensor)
-            self.run.run_into(inputs, [t.data_ptr() for t in outputs])
-            return outputs
-        outputs = [tensors[self.in_place[k]] if k in self.in_place else new()
-                   for k, new in enumerate(self._new_outputs)]
-        if any(type(t) is not torch.Tensor for t in outputs):
-            return None
-        self.run.run_into(inputs, [t.data_ptr() for t in outputs])
-        for k, j in self.writes.items():
-            if k not in self.in_place:
-                tensors[j].copy_(outputs[k])
-        return [t for k, t in enumerate(outputs) if k not in self.writes]
-
+        return self._run_with(tensors, inputs, self._new_outputs, self.run.run_into)
 
     def _run_sized(self, tensors: Sequence[Any]) -> list[torch.Tensor] | None:
         """`run_plain` for code of every size: the binding of these shapes (made once per
         shapes), outputs of its shapes, one native call; None for the general path."""
-        if len(tensors) != len(self._dtypes) or self.writes or not all(
+        if len(tensors) != len(self._dtypes) or not all(
                 type(t) is torch.Tensor and t.dtype is dtype and t.is_cpu and t.is_contiguous()
                 and not t.is_neg() for t, dtype in zip(tensors, self._dtypes)):
             return None
@@ -139,10 +124,31 @@ class GraphRunner:
             bound = self.run.binding([t.shape for t in tensors])
         except ShapeError:
             return None  # the general call explains
-        outputs = [torch.empty(b.shape, dtype=to_torch_dtype(b.dtype)) for b in bound.outputs]
-        self.run.run_bound(bound, [t.data_ptr() for t in tensors],
-                           [t.data_ptr() for t in outputs])
-        return outputs
+        makers = [lambda b=b: torch.empty(b.shape, dtype=to_torch_dtype(b.dtype))
+                  for b in bound.outputs]
+        return self._run_with(tensors, [t.data_ptr() for t in tensors], makers,
+                              lambda ins, outs: self.run.run_bound(bound, ins, outs))
+
+    def _run_with(self, tensors: Sequence[Any], inputs: list[int],
+                  makers: Sequence[Callable[[], torch.Tensor]],
+                  run: Callable[[list[int], list[int]], None]) -> list[torch.Tensor] | None:
+        """Outputs from `makers` (a written input's own tensor where the graph updates it in
+        place), `run` on the addresses, the other writes copied into their inputs."""
+        if not self.writes:
+            outputs = [new() for new in makers]
+            if outputs and type(outputs[0]) is not torch.Tensor:
+                return None  # a mode that makes tensors without memory (FakeTensor)
+            run(inputs, [t.data_ptr() for t in outputs])
+            return outputs
+        outputs = [tensors[self.in_place[k]] if k in self.in_place else new()
+                   for k, new in enumerate(makers)]
+        if any(type(t) is not torch.Tensor for t in outputs):
+            return None
+        run(inputs, [t.data_ptr() for t in outputs])
+        for k, j in self.writes.items():
+            if k not in self.in_place:
+                tensors[j].copy_(outputs[k])
+        return [t for k, t in enumerate(outputs) if k not in self.writes]
 
 
 def _output_maker(buffer: Buffer) -> Callable[[], torch.Tensor]:
@@ -170,8 +176,9 @@ def updates_in_place(graph: Graph, output: int, input: int) -> bool:
 
 
 class SymbolicGraphRunner:
-    """Calls a graph with symbolic sizes with torch tensors: a `GraphRunner` (and its fast
-    path) per binding of the sizes, made when a call first binds them (SizeSpecialized)."""
+    """Calls a graph with symbolic sizes with torch tensors: one `GraphRunner` (and its fast
+    path) of code compiled for every size, else one per binding of the sizes, made when a
+    call first binds them (SizeSpecialized)."""
 
     def __init__(self, graph: Graph, single_output: bool = False,
                  config: Config | None = None, writes: dict[int, int] | None = None):

@@ -121,7 +121,8 @@ class KernelEmitter:
     each kind of node handled by the method that the tables at the end of the class name."""
 
     def __init__(self, fn: ir.Function, kernel: Kernel, locals_: Sequence[Buffer] | None = None,
-                 in_parallel: bool = False):
+                 in_parallel: bool = False, sizes: Sequence[str] = ()):
+        """`sizes`: the kernel's size arguments, after its buffers (`declare_kernel`)."""
         self.kernel = kernel
         # Allocas go to the entry block, which ends with a branch to the code once it is done.
         self.allocas = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -131,7 +132,7 @@ class KernelEmitter:
         self.vars: dict[str, ir.Value] = {}  # loop variable -> the i64 slot holding its value
         if not in_parallel:  # an outlined body gets its parameters from its data struct
             self.buffers.update((p.name, (arg, p)) for arg, p in zip(fn.args, kernel.params))
-            for arg, size in zip(fn.args[len(kernel.params):], kernel.sizes):
+            for arg, size in zip(fn.args[len(kernel.params):], sizes):
                 slot = self.allocas.alloca(I64, name=size)
                 self.allocas.store(arg, slot)
                 self.vars[size_var(size).name] = slot
@@ -427,10 +428,10 @@ def emit_if(b: ir.IRBuilder, cond: ir.Value, s: If,
             stmts(s.orelse)
 
 
-def declare_kernel(module: ir.Module, kernel: Kernel) -> ir.Function:
-    """`void @name(ptr %buffer..., i64 %size...)`: a pointer per parameter, then the sizes
-    known only at call time that the kernel reads (`Kernel.sizes`)."""
-    sizes = kernel.sizes
+def declare_kernel(module: ir.Module, kernel: Kernel, sizes: Sequence[str] = ()
+                   ) -> ir.Function:
+    """`void @name(ptr %buffer..., i64 %size...)`: a pointer per parameter, then `sizes`,
+    those known only at call time that the kernel reads (`Kernel.sizes`)."""
     fn = ir.Function(module, ir.FunctionType(VOID, [PTR] * len(kernel.params)
                                              + [I64] * len(sizes)), kernel.name)
     fn.attributes.add("nounwind")
@@ -452,25 +453,29 @@ def _check_names(names: list[str], module: str, entry: str | None = None) -> Non
 
 
 def _add_kernels(module: ir.Module, kernels: Sequence[Kernel],
-                 structures: Sequence[str] | None = None,
-                 declared: Sequence[Kernel] = ()) -> dict[str, ir.Function]:
+                 structures: Sequence[str] | None = None, declared: Sequence[Kernel] = (),
+                 every_size: bool = True
+                 ) -> tuple[dict[str, ir.Function], dict[str, tuple[str, ...]]]:
     """Each kernel's function. Kernels that differ only in name and origin (a model's
     repeated blocks: ResNet-50's 55 kernels are 30 distinct ones) are emitted once; each
     copy is a call of the first, so LLVM optimizes and codegens each body once. `declared`
-    kernels are only declared: another module defines them."""
+    kernels are only declared: another module defines them. Also each kernel's size
+    arguments (none looked for unless `every_size`: a program of numbers has none)."""
     structures = structures or [_structure(k) for k in kernels]
-    functions = {k.name: declare_kernel(module, k) for k in (*kernels, *declared)}
+    sizes = {k.name: k.sizes if every_size else () for k in (*kernels, *declared)}
+    functions = {k.name: declare_kernel(module, k, sizes[k.name])
+                 for k in (*kernels, *declared)}
     first: dict[str, ir.Function] = {}
     for k, structure in zip(kernels, structures):
         body = first.setdefault(structure, functions[k.name])
         if body is functions[k.name]:
-            KernelEmitter(body, k).emit()
+            KernelEmitter(body, k, sizes=sizes[k.name]).emit()
         else:
             body.attributes.add("noinline")  # one body, not one per copy
             b = ir.IRBuilder(functions[k.name].append_basic_block("entry"))
             b.call(body, functions[k.name].args)
             b.ret_void()
-    return functions
+    return functions, sizes
 
 
 def _structure(kernel: Kernel) -> str:
@@ -494,8 +499,9 @@ class EntryEmitter:
     """Emits a program's entry function: buffer pointers first, then the steps in order."""
 
     def __init__(self, module: ir.Module, program: Program, plan: dict[str, int],
-                 functions: dict[str, ir.Function]):
-        self.program, self.functions = program, functions
+                 functions: dict[str, ir.Function], kernel_sizes: dict[str, tuple[str, ...]]):
+        """`kernel_sizes`: each kernel's size arguments (`_add_kernels`)."""
+        self.program, self.functions, self.kernel_sizes = program, functions, kernel_sizes
         symbols = program.sizes
         names = ENTRY_ARGS + SIZED_ENTRY_ARGS if symbols else ENTRY_ARGS
         fn = ir.Function(module, ir.FunctionType(VOID, [PTR] * len(names)),
@@ -571,7 +577,7 @@ class EntryEmitter:
                                  f" {param.dtype}{list(param.shape)} given %{name}:"
                                  f" {buf.dtype}{list(buf.shape)}")
             args.append(ptr)
-        self.b.call(fn, args + [self.sizes[name] for name in self.program.kernel(s.kernel).sizes])
+        self.b.call(fn, args + [self.sizes[name] for name in self.kernel_sizes[s.kernel]])
 
     def if_(self, s: ProgramIf) -> None:
         with self.b.if_else(self.flag(s.cond)) as (then, orelse):
@@ -632,6 +638,7 @@ def program_modules(program: Program, plan: dict[str, int], shards: int) -> Iter
         lightest = loads.index(min(loads))
         loads[lightest] += len(structure)
         members[lightest] += indices
+    every_size = bool(program.sizes)
     threaded = any(isinstance(s, For) and s.kind == "parallel"
                    for k in program.kernels for s in walk_stmts(k.body))
     for shard, indices in enumerate(members):
@@ -641,9 +648,10 @@ def program_modules(program: Program, plan: dict[str, int], shards: int) -> Iter
         defined = set(indices)
         others = [k for i, k in enumerate(program.kernels) if i not in defined] \
             if shard == 0 else []
-        functions = _add_kernels(module, mine, [structures[i] for i in indices], others)
+        functions, sizes = _add_kernels(module, mine, [structures[i] for i in indices],
+                                        others, every_size)
         if shard == 0:
-            EntryEmitter(module, program, plan, functions).emit()
+            EntryEmitter(module, program, plan, functions, sizes).emit()
             if threaded:
                 thread_count(module)
         else:

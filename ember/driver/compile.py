@@ -86,9 +86,9 @@ class SizeSpecialized:
 
     def runner(self, shapes: Sequence[Sequence[int]]) -> Any:
         """The runner for inputs of these shapes, made at the first call that binds them."""
-        key, env = self._bind(shapes)
         if self.generic is not None:
-            return self.generic
+            return self.generic  # (which checks the shapes itself, as it binds them)
+        key, env = self._bind(shapes)
         runner = self.runners.get(key)
         if runner is not None:
             self.runners.move_to_end(key)

@@ -222,6 +222,7 @@ def kernel_table(program) -> list[dict]:
     from ember.loops.cost import flops, param_bytes, schedule_summary
 
     table = []
+    every_size = bool(program.sizes)
     for kernel in program.kernels:
         # A fused kernel's origin ends with its members, "[a, b]"; the op's own location
         # before them may quote a source line with brackets of its own.
@@ -230,7 +231,7 @@ def kernel_table(program) -> list[dict]:
             else [kernel.origin.split(" ", 1)[0].removeprefix("graph.")]
         # A kernel of every size gives its sizes as text (`?b*512`), bytes too, and the
         # sizes it takes after its buffers; its flops, which depend on them, are not noted.
-        sizes = kernel.sizes
+        sizes = kernel.sizes if every_size else ()
         table.append({"name": kernel.name, "ops": ops, "origin": kernel.origin,
                       "bytes": _json_size(param_bytes(kernel)),
                       "flops": 0 if sizes else flops(kernel),

@@ -497,7 +497,9 @@ class Program:
     @property
     def sizes(self) -> tuple[str, ...]:
         """The size symbols of the program's buffers and kernels, in order: the entry's
-        size arguments. Empty for a program compiled for one shape."""
-        names = set().union(*(b.buffer.sizes for b in self.buffers),
-                            *(k.sizes for k in self.kernels))
-        return tuple(sorted(names))
+        size arguments. Empty for a program compiled for one shape (whose buffers, inputs
+        included, are all numbers: then no kernel reads a size)."""
+        names = set().union(*(b.buffer.sizes for b in self.buffers))
+        if not names:
+            return ()
+        return tuple(sorted(names.union(*(k.sizes for k in self.kernels))))

@@ -197,7 +197,8 @@ def schedule_attention(ctx: FreshNames, att: Attention, key_block: int, row_grou
                 if att.mask is not None or scale != 1 or masked:
                     def scaled(ii: Expr, j: Expr) -> Expr:  # s * scale + mask, in one pass
                         value = _scaled(s(ii, j), scale, att.mask([*b, row(ii), k0 + j])
-                                        if att.mask is not None else None) or s(ii, j)
+                                        if att.mask is not None else None)
+                        value = s(ii, j) if value is None else value
                         return Select(inside(j), value, NEG_INF) if masked else value
 
                     stmts.append(each_row(lambda ii: [vector(n, lambda j: [
