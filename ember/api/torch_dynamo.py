@@ -28,7 +28,7 @@ from ember.api.torch_fallback import partition
 from ember.api.torch_runner import GraphRunner, SymbolicGraphRunner
 from ember.config import Config
 from ember.errors import EmberError, UnsupportedOpError
-from ember.frontends.torch.context import to_dim
+from ember.frontends.torch.context import fixed_sizes, fixing_sizes, size_values, to_dim
 from ember.frontends.torch.fx_importer import (
     describe_unsupported,
     import_fx,
@@ -40,9 +40,11 @@ from ember.graph.bind import graph_symbols
 from ember.graph.symbolic import evaluate, symbols_in
 
 # graphs: graphs Dynamo handed over; dynamic_graphs: those with symbolic sizes, and
-# symbolic_graphs: those imported with them (the rest are traced per size); specializations
-# and evictions: code compiled per size, and dropped; fallback_graphs: graphs with eager
-# parts; fallback_ops: op counts
+# symbolic_graphs: those imported with them (the rest are traced per size); every_size:
+# those compiled once for every size; partial_specializations: imports with the sizes that
+# ops need as numbers fixed, one per value of those; specializations and evictions: code
+# compiled per size, and dropped; fallback_graphs: graphs with eager parts; fallback_ops:
+# op counts
 counters: Counter = Counter()
 _warned: set[str] = set()
 
@@ -83,7 +85,7 @@ def backend_with(config: Config, strict: bool = False) -> Callable[..., Any]:
 
         def build(constants: dict[str, torch.Tensor]) -> tuple[Callable[..., Any], bool]:
             if _symbolic(fx_module):
-                symbolic = _SymbolicSizes.of(fx_module, config, constants)
+                symbolic = _SymbolicSizes.of_some(fx_module, config, strict, constants)
                 if symbolic is not None:
                     return symbolic, True
                 return _Specializing(fx_module, strict, config), False
@@ -138,20 +140,17 @@ class _SymbolicSizes:
     def of(gm: torch.fx.GraphModule, config: Config,
            constants: dict[str, torch.Tensor]) -> _SymbolicSizes | None:
         """The symbolic runner of `gm` (the placeholders named in `constants` are those
-        tensors, and not its inputs), or None when Ember cannot keep its sizes symbolic
-        (a size input that no tensor's shape gives, an op that needs a size as a number,
-        an op Ember does not support): then the graph is specialized per call."""
-        placeholders = [n for n in gm.graph.nodes
-                        if n.op == "placeholder" and n.name not in constants]
+        tensors, and not its inputs; the sizes `fixed_sizes` names are those numbers), or
+        None when Ember cannot keep its sizes symbolic (a size input that no tensor's shape
+        gives); an EmberError when an op is not supported or needs a size as a number
+        (`SymbolicShapeError.symbols` says which)."""
+        placeholders = _inputs(gm, constants)
         tensors = [i for i, n in enumerate(placeholders)
                    if isinstance(n.meta.get("val"), torch.Tensor)]
         if any(not isinstance(n.meta.get("val"), (torch.Tensor, torch.SymInt))
                for n in placeholders):
             return None
-        try:
-            graph, sizes, writes = import_fx_with_sizes(gm, constants, name="dynamo")
-        except EmberError:
-            return None
+        graph, sizes, writes = import_fx_with_sizes(gm, constants, name="dynamo")
         given = graph_symbols(graph)
         for node in placeholders:
             if isinstance(node.meta["val"], torch.SymInt) and not \
@@ -161,8 +160,29 @@ class _SymbolicSizes:
             return None
         output = next(n for n in gm.graph.nodes if n.op == "output")
         count = len(torch.utils._pytree.tree_leaves(output.args[0]))
-        counters["symbolic_graphs"] += 1
         return _SymbolicSizes(graph, tensors, sizes, count, config, writes)
+
+    @staticmethod
+    def of_some(gm: torch.fx.GraphModule, config: Config, strict: bool,
+                constants: dict[str, torch.Tensor]) -> Callable[..., Any] | None:
+        """`of`, where the sizes an op needs as numbers (a pool's window over a symbolic
+        height, say) are fixed to the traced values and the rest kept symbolic: then a
+        `_FixedSizes` over them; None when not even that imports."""
+        placeholders = _inputs(gm, constants)
+        where = _size_locations(placeholders)
+        values = {name: value for name, value in size_values(
+            [n.meta.get("val") for n in placeholders]).items() if name in where}
+        try:
+            runner, fixed = fixing_sizes(lambda: _SymbolicSizes.of(gm, config, constants),
+                                         values)
+        except EmberError:
+            return None
+        if runner is None:
+            return None
+        counters["symbolic_graphs"] += 1
+        if not fixed:
+            return runner
+        return _FixedSizes(gm, config, strict, constants, fixed, where, runner)
 
     def __call__(self, *args: Any) -> Any:
         tensors = [args[i] for i in self.tensor_positions]
@@ -178,6 +198,65 @@ class _SymbolicSizes:
         values = iter(results)
         return [evaluate(self.sizes[k], env) if k in self.sizes else next(values)
                 for k in range(self.outputs)]
+
+
+def _inputs(gm: torch.fx.GraphModule, constants: dict[str, torch.Tensor]) -> list[Any]:
+    """The placeholders the runner is called with (those not frozen into constants)."""
+    return [n for n in gm.graph.nodes if n.op == "placeholder" and n.name not in constants]
+
+
+class _FixedSizes:
+    """A symbolic graph imported with some of its sizes fixed (those that an op needs as
+    numbers) and the rest symbolic: one `_SymbolicSizes` per value of the fixed sizes
+    (a CNN's height and width, say, while its batch varies), made at the first call that
+    has them, at most Config.max_specializations (counted in `counters`:
+    "partial_specializations", "evictions"). Values whose import fails are traced per
+    size (`_Specializing`)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, config: Config, strict: bool,
+                 constants: dict[str, torch.Tensor], fixed: dict[str, int],
+                 where: dict[str, tuple], first: _SymbolicSizes):
+        self.gm, self.config, self.constants = gm, config, constants
+        self.names = sorted(fixed)
+        self.where = [where[n] for n in self.names]
+        self.runners: OrderedDict[tuple[int, ...], Any] = OrderedDict()
+        self.runners[tuple(fixed[n] for n in self.names)] = first
+        self.traced = _Specializing(gm, strict, config)
+        counters["partial_specializations"] += 1
+
+    def __call__(self, *args: Any) -> Any:
+        key = tuple(int(args[i] if axis is None else args[i].shape[axis])
+                    for i, axis in self.where)
+        runner = self.runners.get(key)
+        if runner is None:
+            try:
+                with fixed_sizes(dict(zip(self.names, key))):
+                    runner = _SymbolicSizes.of(self.gm, self.config, self.constants)
+            except EmberError:
+                runner = None
+            runner = runner or self.traced
+            counters["partial_specializations"] += 1
+            self.runners[key] = runner
+            if len(self.runners) > self.config.max_specializations:
+                self.runners.popitem(last=False)
+                counters["evictions"] += 1
+        else:
+            self.runners.move_to_end(key)
+        return runner(*args)
+
+
+def _size_locations(placeholders: Sequence[Any]) -> dict[str, tuple]:
+    """Where a call's inputs give each size symbol: (input, axis) for a tensor's dim that
+    is the bare symbol, (input, None) for a SymInt input that is."""
+    found: dict[str, tuple] = {}
+    for i, node in enumerate(placeholders):
+        val = node.meta["val"]
+        dims = [(None, val)] if isinstance(val, torch.SymInt) else \
+            list(enumerate(val.shape)) if isinstance(val, torch.Tensor) else []
+        for axis, size in dims:
+            if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                found.setdefault(size.node.expr.name, (i, axis))
+    return found
 
 
 class _Specializing:

@@ -31,6 +31,7 @@ from ember.config import Config
 from ember.driver.pipeline import load_cached
 from ember.errors import EmberError, UnsupportedOpError
 from ember.frontends.torch import export  # by module: tests count its capture_program calls
+from ember.frontends.torch.context import fixing_sizes, size_values
 from ember.frontends.torch.fingerprint import load_entry, module_fingerprint, store_entry
 from ember.graph.symbolic import SymbolicShapeError
 
@@ -154,12 +155,20 @@ class CompiledModule:
                 program, spec = export.capture_program(self.module, *wide, self.dynamic)
         if program is None:
             program, spec = export.capture_program(self.module, args, kwargs, self.dynamic)
+        # The sizes an op needs as numbers (a pool's window over the height, say) are
+        # fixed at the capture's; the rest stay symbolic.
+        traced = size_values([n.meta.get("val") for n in program.graph_module.graph.nodes
+                              if n.op == "placeholder"])
         try:
-            graph = export.import_program(program)
+            graph, fixed = fixing_sizes(lambda: export.import_program(program), traced)
         except SymbolicShapeError as e:
             raise EmberError(f"importing with symbolic sizes: {e}") from e
         structure = torch.utils._pytree.tree_structure((args, kwargs))
-        return _ModuleRunner(graph_runner(graph, config=self.config), spec, structure)
+        runner = _ModuleRunner(graph_runner(graph, config=self.config), spec, structure)
+        if fixed and not runner.takes(structure, args, kwargs):  # (a widened size fixed)
+            raise EmberError(f"the sizes {', '.join(sorted(fixed))} are needed as numbers,"
+                             " and the capture's are not the call's")
+        return runner
 
     def _runs_eagerly(self, args: tuple, kwargs: dict) -> bool:
         try:

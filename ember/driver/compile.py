@@ -46,31 +46,49 @@ class SizeSpecialized:
     First choice: one runner for every size, `make_generic(graph)` (code whose kernels take
     the sizes as arguments), made here. Where a stage needs a size as a number (a schedule
     or a lowering that is not written for sizes known at call time raises
-    SymbolicShapeError; `why_specialized` keeps the reason), the graph is specialized
-    (every size a number) and made into a runner by `make` once per binding, keeping the
-    `limit` most recent. `compilations` and `evictions` count them; a call with shapes
-    seen before costs one lookup."""
+    SymbolicShapeError; `why_specialized` keeps the reason), the sizes it names are fixed
+    per call (`fixed`) and the rest stay symbolic: a nested SizeSpecialized per value of the
+    fixed ones, which tries code of every other size in turn. When the error names no
+    size, or every one, the graph is specialized (every size a number) and made into a
+    runner by `make`. Either way once per binding, keeping the `limit` most recent;
+    `compilations` and `evictions` count them (nested ones included), and a call with
+    shapes seen before costs one lookup."""
 
     def __init__(self, graph: Graph, make: Callable[[Graph], Any], limit: int,
                  make_generic: Callable[[Graph], Any] | None = None):
         self.graph = graph
         self.symbols = sorted(graph_symbols(graph))
         self.make = make
+        self.make_generic = make_generic
         self.limit = limit
         self.runners: OrderedDict[tuple[int, ...], Any] = OrderedDict()
-        self.compilations = 0
-        self.evictions = 0
+        self.fixed = tuple(self.symbols)  # the sizes a runner is made for: their values
+        self._made = 0  # runners made here, and what dropped nested ones had made
+        self._evicted = 0
         self.generic: Any = None
         self.why_specialized = "no code for every size was asked for"
         if make_generic is not None:
             try:
                 self.generic = make_generic(graph)
-                self.compilations = 1
+                self._made = 1
                 self.why_specialized = ""
             except SymbolicShapeError as e:
                 self.why_specialized = str(e)
-        # shapes -> (the symbols' values, their env): what a call binds, once per shapes
+                needed = sorted(e.symbols & set(self.symbols))
+                if needed and len(needed) < len(self.symbols):
+                    self.fixed = tuple(needed)
+        # shapes -> (the fixed sizes' values, the env): what a call binds, once per shapes
         self._bound: dict[tuple, tuple[tuple[int, ...], dict[str, int]]] = {}
+
+    @property
+    def compilations(self) -> int:
+        return self._made + sum(r.compilations for r in self.runners.values()
+                                if isinstance(r, SizeSpecialized))
+
+    @property
+    def evictions(self) -> int:
+        return self._evicted + sum(r.evictions for r in self.runners.values()
+                                   if isinstance(r, SizeSpecialized))
 
     def binding(self, shapes: Sequence[Sequence[int]]) -> dict[str, int]:
         """The symbols' values for inputs of these shapes (a ShapeError when they do not
@@ -90,23 +108,32 @@ class SizeSpecialized:
             return self.generic  # (which checks the shapes itself, as it binds them)
         key, env = self._bind(shapes)
         runner = self.runners.get(key)
-        if runner is not None:
+        if runner is None:
+            runner = self._runner_for(env)
+            self.runners[key] = runner
+            if len(self.runners) > self.limit:
+                dropped = self.runners.popitem(last=False)[1]
+                if isinstance(dropped, SizeSpecialized):
+                    self._made += dropped.compilations
+                    self._evicted += dropped.evictions
+                self._evicted += 1
+        else:
             self.runners.move_to_end(key)
-            return runner
-        runner = self.make(specialize(self.graph, env))
-        self.compilations += 1
-        self.runners[key] = runner
-        if len(self.runners) > self.limit:
-            self.runners.popitem(last=False)
-            self.evictions += 1
-        return runner
+        return runner.runner(shapes) if isinstance(runner, SizeSpecialized) else runner
+
+    def _runner_for(self, env: dict[str, int]) -> Any:
+        if len(self.fixed) == len(self.symbols):
+            self._made += 1
+            return self.make(specialize(self.graph, env))
+        partly = specialize(self.graph, {s: env[s] for s in self.fixed})
+        return SizeSpecialized(partly, self.make, self.limit, self.make_generic)
 
     def _bind(self, shapes: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], dict[str, int]]:
         shapes = tuple(tuple(s) for s in shapes)
         bound = self._bound.get(shapes)
         if bound is None:
             env = bind_sizes(self.graph, shapes)
-            bound = tuple(env[s] for s in self.symbols), env
+            bound = tuple(env[s] for s in self.fixed), env
             if len(self._bound) >= 16 * self.limit:  # a bound on what a ragged stream keeps
                 self._bound.clear()
             self._bound[shapes] = bound

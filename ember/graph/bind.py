@@ -1,6 +1,6 @@
 """Binding a graph's symbolic sizes: from a call's input shapes to the symbols' values
 (`bind_sizes`), and from those values to the graph with every size a number
-(`specialize`), which the rest of the pipeline compiles.
+(`specialize`, for all of them or some), which the rest of the pipeline compiles.
 
 A graph's symbols are those of its inputs' types: each dim of an input is a number that
 the call must match, a bare symbol that the call binds (the first input that has it; the
@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 
 from ember.errors import ShapeError
 from ember.graph.ir import Graph, TensorType, clone_graph
-from ember.graph.symbolic import Dim, bind, symbols_in
+from ember.graph.symbolic import Dim, bind, symbol, symbols_in
 
 
 def graph_symbols(graph: Graph) -> frozenset[str]:
@@ -86,15 +86,20 @@ def bind_shapes(what: str, names: Sequence[str | None], declared_shapes: Sequenc
 
 
 def specialize(graph: Graph, env: Mapping[str, int]) -> Graph:
-    """A copy of `graph` with every symbol of its types and attributes replaced by its value
-    in `env`; the constants are shared."""
+    """A copy of `graph` with each symbol of its types and attributes that `env` names
+    replaced by its value (the others stay symbols, with their bounds); the constants are
+    shared."""
+    env = {**{name: symbol(name) for name in graph_symbols(graph) | graph.size_bounds.keys()},
+           **env}
+
     def bound_type(t: TensorType) -> TensorType:
         return t if t.is_static else TensorType(t.dtype, bind(t.shape, env))
 
-    static = clone_graph(graph, bound_type, lambda attrs: {k: bind(v, env)
-                                                           for k, v in attrs.items()})
-    static.size_bounds = {}
-    return static
+    copy = clone_graph(graph, bound_type, lambda attrs: {k: bind(v, env)
+                                                         for k, v in attrs.items()})
+    copy.size_bounds = {name: most for name, most in graph.size_bounds.items()
+                        if isinstance(env[name], Dim)}
+    return copy
 
 
 def _solve(dim: Dim, name: str, value: int, env: Mapping[str, int]) -> tuple[str, int] | None:

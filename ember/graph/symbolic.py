@@ -39,7 +39,12 @@ DimLike = Union[int, "Dim"]  # noqa: UP007  (a forward reference: | needs the cl
 
 class SymbolicShapeError(ShapeError):
     """A size known only at call time where a number is needed, or a comparison of sizes
-    that their bounds do not decide."""
+    that their bounds do not decide. `symbols` names the sizes that were needed as numbers
+    (empty where unknown): fixing just those may be enough to compile."""
+
+    def __init__(self, message: str, symbols: Iterable[str] = ()):
+        super().__init__(message)
+        self.symbols = frozenset(symbols)
 
 
 class Dim:
@@ -152,7 +157,7 @@ class Dim:
 
     def __index__(self) -> int:
         raise SymbolicShapeError(f"the size {self} is known only at call time, and a number"
-                                 " is needed here")
+                                 " is needed here", self.symbols)
 
     __int__ = __index__
 
@@ -432,7 +437,7 @@ def _atom_symbols(atom: Atom) -> set[str]:
 def _evaluate_atom(atom: Atom, env: Mapping[str, int]) -> int:
     if isinstance(atom, str):
         if atom not in env:
-            raise SymbolicShapeError(f"no value for the size ?{atom}")
+            raise SymbolicShapeError(f"no value for the size ?{atom}", {atom})
         return env[atom]
     op, a, b = atom
     return _FUNCTIONS[op](evaluate(a, env), evaluate(b, env))
@@ -478,7 +483,8 @@ def _decide_at_least(x: DimLike, least: int, claim: str) -> bool:
         return True
     if high < least:
         return False
-    raise SymbolicShapeError(f"whether {claim} depends on the sizes at call time")
+    raise SymbolicShapeError(f"whether {claim} depends on the sizes at call time",
+                             symbols_in(x))
 
 
 def definitely(compare: Callable[..., bool], *sizes: DimLike) -> bool:

@@ -109,6 +109,19 @@ def test_a_matmul_of_columns_known_at_call_time_is_compiled_per_size() -> None:
     assert run.compilations == 2
 
 
+def test_only_the_sizes_a_stage_needs_as_numbers_are_fixed() -> None:
+    """The matmul needs its columns (?s) as a number, not the batch: the graph is compiled
+    per sequence length, each once for every batch."""
+    graph = _attention_block()
+    run = executor_for(graph, CPU)
+    assert run.fixed == ("s",)
+    _check(run, graph, [(1, 7, 32), (3, 7, 32), (5, 7, 32), (2, 9, 32), (4, 9, 32)])
+    assert run.compilations == 2
+    nested = run.runners[(7,)]
+    assert isinstance(nested, SizeSpecialized) and nested.generic is not None
+    assert nested.graph.inputs[0].type.shape[1] == 7
+
+
 def test_kernels_take_the_sizes_they_read() -> None:
     program, plan = lower_to_program(_mlp(), CPU, every_size=True)
     assert program.sizes == ("b",)

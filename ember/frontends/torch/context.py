@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
-from typing import Any
+import types
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -22,7 +25,17 @@ from ember.dtypes import DType
 from ember.errors import EmberError, UnsupportedOpError
 from ember.graph.builder import Builder
 from ember.graph.ir import TensorType, Value
-from ember.graph.symbolic import Dim, dim_max, dim_min, floor_div, modulo, symbol
+from ember.graph.symbolic import (
+    Dim,
+    SymbolicShapeError,
+    dim_max,
+    dim_min,
+    floor_div,
+    modulo,
+    symbol,
+)
+
+T = TypeVar("T")
 
 Converter = Callable[..., Any]
 _CONVERTERS: dict[str, Converter] = {}
@@ -93,6 +106,54 @@ def tensor_type(val: Any, what: str = "tensor") -> TensorType:
     return TensorType(to_dtype(val.dtype, what), tuple(to_dim(d, what) for d in val.shape))
 
 
+# The sizes an import takes as numbers (name -> value), where Ember needs them so: the
+# other symbols stay symbolic (`fixed_sizes`).
+_FIXED: ContextVar[Mapping[str, int]] = ContextVar(
+    "ember_fixed_sizes", default=types.MappingProxyType({}))
+
+
+@contextmanager
+def fixed_sizes(values: Mapping[str, int]) -> Iterator[None]:
+    """Within: PyTorch's size symbols named in `values` import as those numbers."""
+    token = _FIXED.set(dict(values))
+    try:
+        yield
+    finally:
+        _FIXED.reset(token)
+
+
+def fixing_sizes(importer: Callable[[], T], values: Mapping[str, int]) -> tuple[T, dict[str, int]]:
+    """`importer()`'s result, where the sizes that an op needs as numbers (its
+    SymbolicShapeError names them) are fixed to their `values` and the import tried again;
+    with the sizes fixed. The error stands when it names none, one without a value, or
+    every size."""
+    fixed: dict[str, int] = {}
+    while True:
+        try:
+            with fixed_sizes(fixed):
+                return importer(), fixed
+        except SymbolicShapeError as e:
+            needed = e.symbols - fixed.keys()
+            if not needed or not needed <= values.keys() or \
+                    len(fixed) + len(needed) == len(values):
+                raise
+            fixed.update((name, values[name]) for name in needed)
+
+
+def size_values(vals: Sequence[Any]) -> dict[str, int]:
+    """The example value PyTorch traced with for each size symbol in these (fake) tensors'
+    shapes and SymInts."""
+    values: dict[str, int] = {}
+    for val in vals:
+        for size in val.shape if isinstance(val, torch.Tensor) else [val]:
+            if isinstance(size, torch.SymInt):
+                env = size.node.shape_env
+                known = getattr(env, "backed_var_to_val", None) or env.var_to_val
+                values.update((s.name, int(known[s])) for s in size.node.expr.free_symbols
+                              if s in known)
+    return values
+
+
 def to_dim(size: Any, what: str = "a size") -> int | Dim:
     """An int, or a SymInt's expression as a Dim (its symbols keep PyTorch's names)."""
     if isinstance(size, int):
@@ -116,6 +177,8 @@ def size_bounds_of(vals: Sequence[Any]) -> dict[str, int]:
                 continue
             ranges = size.node.shape_env.var_to_range
             for sym in size.node.expr.free_symbols:
+                if sym.name in _FIXED.get():
+                    continue
                 upper = ranges[sym].upper if sym in ranges else None
                 if upper is not None and upper.is_Integer:  # (int_oo says it is finite)
                     bounds[sym.name] = int(upper)
@@ -131,7 +194,8 @@ def _sympy_dim(expr: Any, what: str) -> int | Dim:
     if expr.is_Integer:
         return int(expr)
     if expr.is_Symbol:
-        return symbol(expr.name)
+        fixed = _FIXED.get()
+        return fixed[expr.name] if expr.name in fixed else symbol(expr.name)
     if isinstance(expr, sympy.Add):
         return sum(args[1:], args[0])
     if isinstance(expr, sympy.Mul):

@@ -78,7 +78,13 @@ from dataclasses import dataclass
 
 from ember.dtypes import DType
 from ember.errors import ScheduleError
-from ember.graph.symbolic import DimLike, SymbolicShapeError, definitely, size_hint
+from ember.graph.symbolic import (
+    DimLike,
+    SymbolicShapeError,
+    definitely,
+    size_hint,
+    symbols_in,
+)
 from ember.loops.analysis import access_kind, transcendental
 from ember.loops.ir import (
     Binary,
@@ -229,7 +235,7 @@ def match_gemm(body: list[Stmt], shapes: dict[str, tuple[int, ...]] | None = Non
         # The columns make the packed panels: a number is needed (a plain nest would be
         # many times slower; the driver compiles per size instead).
         raise SymbolicShapeError(f"a matmul of {extent[col]} columns, a size known only at"
-                                 " call time")
+                                 " call time", symbols_in(extent[col]))
     return Gemm(tuple((n, extent[n]) for n in rest), row, extent.get(row, 1), col,
                 extent.get(col, 1), k, int(reduce.stop.value), a, b, acc, tuple(result),
                 b_panels=_panel_width(b, k, col, shapes))
@@ -543,7 +549,8 @@ class _Builder:
         groups = min(tiles_hint, max(1, _ceil(wanted, hint(self.nb) * self.njc)))
         if self.npc > 1 and self.symbolic:  # (a workspace per group: sized by the tiles)
             raise SymbolicShapeError(f"gemm: K = {g.depth} summed in passes needs a"
-                                     " workspace sized by the rows, known at call time")
+                                     " workspace sized by the rows, known at call time",
+                                     symbols_in((self.rows, self.nb)))
         if self.npc > 1:
             most = max(1, WORKSPACE_BYTES // (4 * self.mc * self.nc)) * self.mcp
             groups = max(groups, _ceil(self.tiles, most))
