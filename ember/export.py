@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ember.config import Config
-from ember.errors import EmberError
+from ember.errors import EmberError, UnsupportedOpError
 from ember.graph.ir import Graph
 from ember.target import Target
 
@@ -78,6 +78,9 @@ def export(model: Any, example_inputs: Any, out_dir: str | Path, *,
         config = dataclasses.replace(config, target=target)
     config = resolve(config)  # an unknown target fails before any work
     graph, input_names = _graph_of(model, example_inputs, dynamic)
+    if graph.aliases:  # (a C caller's separate output buffers would miss the input's data)
+        raise UnsupportedOpError(f"graph @{graph.name} computes outputs in its inputs' memory"
+                                 " (`in %input`): that is for code run in this process")
     # Sizes known at call time stay symbolic: the library takes them at each run, up to the
     # bounds the graph gives them (ember/runtime/aot.py).
     program, plan = lower_to_program(graph, config, every_size=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import re
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -33,7 +34,9 @@ from ember.errors import EmberError, UnsupportedOpError
 from ember.frontends.torch import export  # by module: tests count its capture_program calls
 from ember.frontends.torch.context import fixing_sizes, size_values
 from ember.frontends.torch.fingerprint import load_entry, module_fingerprint, store_entry
-from ember.graph.symbolic import SymbolicShapeError
+from ember.graph.bind import graph_symbols, specialize
+from ember.graph.ir import Graph
+from ember.graph.symbolic import Dim, SymbolicShapeError, symbol
 
 _MISSING = object()
 
@@ -163,6 +166,7 @@ class CompiledModule:
             graph, fixed = fixing_sizes(lambda: export.import_program(program), traced)
         except SymbolicShapeError as e:
             raise EmberError(f"importing with symbolic sizes: {e}") from e
+        graph = _named_sizes(graph, self.dynamic)
         structure = torch.utils._pytree.tree_structure((args, kwargs))
         runner = _ModuleRunner(graph_runner(graph, config=self.config), spec, structure)
         if fixed and not runner.takes(structure, args, kwargs):  # (a widened size fixed)
@@ -263,6 +267,35 @@ def _opaque(args: tuple, kwargs: dict) -> bool:
 def _tensor_leaves(args: tuple, kwargs: dict) -> list[torch.Tensor]:
     return [x for x in torch.utils._pytree.tree_leaves((args, kwargs))
             if isinstance(x, torch.Tensor)]
+
+
+def _named_sizes(graph: Graph, dynamic: Any) -> Graph:
+    """`graph` with the sizes that `dynamic` names (`{"x": {0: "batch"}}`, or a
+    torch.export.Dim's name) called so in place of PyTorch's (`?s31`), where the input's
+    dim is that size alone: errors and reports read the user's names."""
+    if not isinstance(dynamic, dict):
+        return graph
+    inputs = {v.name: v.type.shape for v in graph.inputs}
+    taken = set(graph_symbols(graph))
+    renames: dict[str, Dim] = {}
+    for name, axes in dynamic.items():
+        shape = inputs.get(name)
+        if shape is None or not isinstance(axes, dict):
+            continue
+        for axis, spec in axes.items():
+            label = spec if isinstance(spec, str) else getattr(spec, "__name__", None)
+            dim = shape[axis] if isinstance(axis, int) and -len(shape) <= axis < len(shape) \
+                else None
+            old = dim.as_symbol() if isinstance(dim, Dim) else None
+            if old is None or old in renames or not label or \
+                    not _SIZE_NAME.match(label) or label in taken:
+                continue
+            renames[old] = symbol(label)
+            taken.add(label)
+    return specialize(graph, renames) if renames else graph
+
+
+_SIZE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def _widened(module: Any, args: tuple, kwargs: dict, dynamic: Any) -> tuple | None:

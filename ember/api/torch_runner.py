@@ -63,10 +63,12 @@ class GraphRunner:
         self.graph = graph
         self.single_output = single_output
         self.writes = dict(writes or {})
-        self.in_place = {k: j for k, j in self.writes.items()
-                         if graph is not None and updates_in_place(graph, k, j)}
         self.run = executable if executable is not None else \
             executor_for(graph, config or Config())
+        # Writes the graph computes in its input's memory (`Graph.aliases`): the kernel is
+        # given the input's tensor as that output.
+        self.in_place = dict(graph.aliases) if graph is not None else \
+            dict(getattr(getattr(executable, "interface", None), "aliases", ()))
         self.input_dtypes = [b.dtype for b in executable.interface.inputs] \
             if executable is not None else [v.dtype for v in graph.inputs]
         # Compiled code takes tensors by their data addresses, with no NumPy views between:
@@ -159,20 +161,6 @@ def _output_maker(buffer: Buffer) -> Callable[[], torch.Tensor]:
         template = torch.empty(buffer.shape, dtype=to_torch_dtype(buffer.dtype))
         return lambda: torch.empty_like(template)
     return lambda: array_to_tensor(OUTPUTS.array(buffer.shape, buffer.dtype.np))
-
-
-def updates_in_place(graph: Graph, output: int, input: int) -> bool:
-    """Whether the graph may compute output `output` in the memory of input `input`: it is
-    a scatter of that input (which copies each element to its own place, then writes the
-    updates), and the scatter is the input's only reader, so nothing reads the old value
-    after the new one is written."""
-    value, source = graph.outputs[output], graph.inputs[input]
-    op = value.producer
-    if op is None or op.name not in ("scatter_elements", "scatter_nd") or \
-            op.operands[0] is not source or any(v is source for v in op.operands[1:]):
-        return False
-    readers = [user for user in graph.walk() if any(v is source for v in user.operands)]
-    return readers == [op] and sum(v is value for v in graph.outputs) == 1
 
 
 class SymbolicGraphRunner:

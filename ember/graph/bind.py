@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 
 from ember.errors import ShapeError
 from ember.graph.ir import Graph, TensorType, clone_graph
-from ember.graph.symbolic import Dim, bind, symbol, symbols_in
+from ember.graph.symbolic import Dim, DimLike, bind, symbol, symbols_in
 
 
 def graph_symbols(graph: Graph) -> frozenset[str]:
@@ -85,10 +85,10 @@ def bind_shapes(what: str, names: Sequence[str | None], declared_shapes: Sequenc
     return env
 
 
-def specialize(graph: Graph, env: Mapping[str, int]) -> Graph:
+def specialize(graph: Graph, env: Mapping[str, DimLike]) -> Graph:
     """A copy of `graph` with each symbol of its types and attributes that `env` names
-    replaced by its value (the others stay symbols, with their bounds); the constants are
-    shared."""
+    replaced by its value: a number, or another symbol (a renaming, which keeps the
+    bound); the others stay symbols, with their bounds. The constants are shared."""
     env = {**{name: symbol(name) for name in graph_symbols(graph) | graph.size_bounds.keys()},
            **env}
 
@@ -97,8 +97,8 @@ def specialize(graph: Graph, env: Mapping[str, int]) -> Graph:
 
     copy = clone_graph(graph, bound_type, lambda attrs: {k: bind(v, env)
                                                          for k, v in attrs.items()})
-    copy.size_bounds = {name: most for name, most in graph.size_bounds.items()
-                        if isinstance(env[name], Dim)}
+    copy.size_bounds = {env[name].as_symbol(): most for name, most in graph.size_bounds.items()
+                        if isinstance(env[name], Dim) and env[name].as_symbol()}
     return copy
 
 

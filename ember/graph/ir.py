@@ -194,6 +194,10 @@ class Graph:
         self.constants: dict[str, np.ndarray] = constants if constants is not None else {}
         # The most each symbolic size of the graph can be (`?s <= 512`); unnamed: no bound.
         self.size_bounds: dict[str, int] = {}
+        # Outputs computed in the memory of an input (output position -> input position;
+        # `-> (f32[8] in %cache)`): the caller passes the input's memory as the output's,
+        # so a scatter into it writes its updates only (`may_update_in_place`).
+        self.aliases: dict[int, int] = {}
 
     @property
     def inputs(self) -> list[Value]:
@@ -261,4 +265,19 @@ def clone_graph(graph: Graph, retype: Callable[[TensorType], TensorType] | None 
         body = clone_region(graph.body)
     copy = Graph(graph.name, body, dict(graph.constants))
     copy.size_bounds = dict(graph.size_bounds)
+    copy.aliases = dict(graph.aliases)
     return copy
+
+
+def may_update_in_place(graph: Graph, output: int, input: int) -> bool:
+    """Whether output `output` may be computed in the memory of input `input`: it is a
+    scatter of that input (which keeps every element but the updated ones), and the
+    scatter is the input's only reader, so nothing reads an old value after the new one
+    is written."""
+    value, source = graph.outputs[output], graph.inputs[input]
+    op = value.producer
+    if op is None or op.name not in ("scatter_elements", "scatter_nd") or \
+            op.operands[0] is not source or any(v is source for v in op.operands[1:]):
+        return False
+    readers = [user for user in graph.walk() if any(v is source for v in user.operands)]
+    return readers == [op] and sum(v is value for v in graph.outputs) == 1

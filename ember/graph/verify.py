@@ -10,7 +10,7 @@ from __future__ import annotations
 from ember.dtypes import from_numpy
 from ember.errors import EmberError, VerificationError
 from ember.graph.builder import constant_table_type
-from ember.graph.ir import Graph, Op, Region, TensorType, Value
+from ember.graph.ir import Graph, Op, Region, TensorType, Value, may_update_in_place
 from ember.graph.ops.registry import get_opdef, has_op
 from ember.graph.symbolic import size_bounds
 
@@ -18,6 +18,15 @@ from ember.graph.symbolic import size_bounds
 def verify_graph(graph: Graph) -> Graph:
     """Check `graph`; raises VerificationError naming the first broken rule. Returns graph."""
     _Verifier(graph).region(graph.body, [], "graph @" + graph.name)
+    for output, input in graph.aliases.items():
+        if not (0 <= output < len(graph.outputs) and 0 <= input < len(graph.inputs)):
+            raise VerificationError(f"graph @{graph.name}: output {output} is computed in"
+                                    f" input {input}, and one of them does not exist")
+        if not may_update_in_place(graph, output, input):
+            raise VerificationError(
+                f"graph @{graph.name}: output {output} is computed in the memory of"
+                f" %{graph.inputs[input].name}, which is only right for a scatter of that"
+                " input that is its only reader")
     for key, data in graph.constants.items():
         try:
             from_numpy(data.dtype)

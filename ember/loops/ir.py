@@ -478,6 +478,9 @@ class Program:
     steps: list[ProgramStep]
     constants: dict[str, np.ndarray] = field(default_factory=dict)
     size_bounds: dict[str, int] = field(default_factory=dict)  # the graph's, for its sizes
+    # Output buffer -> the input whose memory it is given (the graph's `aliases`): the
+    # caller passes the input's memory, or a copy of it, as the output's.
+    aliases: dict[str, str] = field(default_factory=dict)
 
     def buffer(self, name: str) -> ProgramBuffer:
         for b in self.buffers:

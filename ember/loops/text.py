@@ -142,7 +142,8 @@ def print_program(p: Program, constants: str = "table") -> str:
     parts = [print_kernel(k) for k in p.kernels]
     lines = [f"program @{p.name} {{"]
     for b in p.buffers:
-        lines.append(f"  {b.kind} {_buffer(b.buffer)}")
+        alias = p.aliases.get(b.buffer.name)
+        lines.append(f"  {b.kind} {_buffer(b.buffer)}" + (f" in %{alias}" if alias else ""))
     _steps(p.steps, "  ", lines)
     lines.append("}")
     parts.append("\n".join(lines) + "\n")
@@ -368,12 +369,18 @@ class LoopParser:
         name = ts.expect_kind("symbol", "a program name (@name)").text[1:]
         ts.expect("{")
         self.buffers, self.vars = {}, set()
-        buffers = []
+        buffers, aliases = [], {}
         while ts.peek.kind == "ident" and ts.peek.text in BUFFER_KINDS:
             kind = ts.next().text
             buffers.append(ProgramBuffer(self.buffer_decl(), kind))
+            if kind == "output" and ts.accept("in"):  # computed in an input's memory
+                token = ts.expect_kind("value", "an input buffer (%name)")
+                if not any(b.kind == "input" and b.buffer.name == token.text[1:]
+                           for b in buffers):
+                    raise self.error(f"{token.text} is not an input buffer", token)
+                aliases[buffers[-1].buffer.name] = token.text[1:]
         steps = self.steps_to_close()
-        program = Program(name, buffers, kernels, steps)
+        program = Program(name, buffers, kernels, steps, aliases=aliases)
         if ts.accept("constants"):
             self.graph_parser.table_refs = {}
             from ember.graph.ir import Graph

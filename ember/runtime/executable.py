@@ -60,13 +60,18 @@ class Interface:
     # sizes`), and the largest value each may take (the graph's `size_bounds`).
     sizes: tuple[str, ...] = ()
     bounds: tuple[tuple[str, int], ...] = ()
+    # (output, input) positions: the output is computed in that input's memory (the
+    # graph's `aliases`): a run is given the input's memory as the output's, or a copy.
+    aliases: tuple[tuple[int, int], ...] = ()
 
     @classmethod
     def of(cls, program: Program, entry: str = "") -> Interface:
-        return cls(program.name, entry, *(tuple(program.of_kind(k))
-                                          for k in ("input", "output", "constant", "temp")),
-                   tuple(k.name for k in program.kernels), program.sizes,
-                   tuple(sorted(program.size_bounds.items())))
+        buffers = [tuple(program.of_kind(k)) for k in ("input", "output", "constant", "temp")]
+        names = [[b.name for b in kind] for kind in buffers[:2]]
+        aliases = tuple(sorted((names[1].index(out), names[0].index(source))
+                               for out, source in program.aliases.items()))
+        return cls(program.name, entry, *buffers, tuple(k.name for k in program.kernels),
+                   program.sizes, tuple(sorted(program.size_bounds.items())), aliases)
 
     def to_json(self) -> dict[str, Any]:
         def bufs(bs: tuple[Buffer, ...]) -> list[list[Any]]:
@@ -76,7 +81,8 @@ class Interface:
         return {"name": self.name, "entry": self.entry, "inputs": bufs(self.inputs),
                 "outputs": bufs(self.outputs), "constants": bufs(self.constants),
                 "temps": bufs(self.temps), "kernels": list(self.kernels),
-                "sizes": list(self.sizes), "bounds": [list(b) for b in self.bounds]}
+                "sizes": list(self.sizes), "bounds": [list(b) for b in self.bounds],
+                "aliases": [list(a) for a in self.aliases]}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Interface:
@@ -87,7 +93,29 @@ class Interface:
 
         return cls(d["name"], d["entry"], bufs(d["inputs"]), bufs(d["outputs"]),
                    bufs(d["constants"]), bufs(d["temps"]), tuple(d["kernels"]),
-                   tuple(d.get("sizes", ())), tuple((n, int(v)) for n, v in d.get("bounds", ())))
+                   tuple(d.get("sizes", ())), tuple((n, int(v)) for n, v in d.get("bounds", ())),
+                   tuple((int(k), int(j)) for k, j in d.get("aliases", ())))
+
+
+def _in_place(iface: Interface, arrays: list[np.ndarray], outputs: list[np.ndarray],
+              given: bool) -> list[np.ndarray]:
+    """The inputs to run on, with `outputs` ready for them: an output computed in an
+    input's memory (`Interface.aliases`) that is not that memory gets a copy of it first;
+    any other input that shares memory with an output buffer the caller `given` is read
+    from a copy."""
+    aliased = set()
+    for k, j in iface.aliases:
+        if not np.may_share_memory(outputs[k], arrays[j]):
+            np.copyto(outputs[k], arrays[j])
+        elif not (outputs[k].ctypes.data == arrays[j].ctypes.data and
+                  outputs[k].shape == arrays[j].shape):
+            raise ShapeError(f"output {k} of {iface.name} is computed in input {j}'s"
+                             " memory: give that array itself, or one that shares none")
+        aliased.add((k, j))
+    if not given:
+        return arrays
+    return [a.copy() if any(np.may_share_memory(a, o) for k, o in enumerate(outputs)
+                            if (k, j) not in aliased) else a for j, a in enumerate(arrays)]
 
 
 def _describe(b: Buffer) -> str:
@@ -245,9 +273,10 @@ class Executable:
         plain = all(type(x) is np.ndarray and x.dtype == dtype and x.shape == shape
                     and x.flags.c_contiguous and x.flags.aligned
                     for x, (dtype, shape) in zip(inputs, self._expected))
-        if plain and out is None:
+        if plain and out is None and not iface.aliases:
             return self.run_addresses([data_address(x) for x in inputs])  # the common call
-        if plain and type(out) in (list, tuple) and len(out) == len(self._output_specs) and \
+        if plain and not iface.aliases and type(out) in (list, tuple) and \
+                len(out) == len(self._output_specs) and \
                 all(type(o) is np.ndarray and o.dtype == dtype and o.shape == shape and
                     o.flags.c_contiguous and o.flags.aligned and o.flags.writeable
                     and not any(np.may_share_memory(x, o) for x in inputs)
@@ -258,9 +287,7 @@ class Executable:
         arrays = [_check(as_array(x, f"input {i} (%{b.name})"), b, f"input {i} (%{b.name})")
                   for i, (x, b) in enumerate(zip(inputs, iface.inputs))]
         results, outputs = self._outputs(out)
-        if out is not None:  # an input that is also an output buffer: read a copy of it
-            arrays = [a.copy() if any(np.may_share_memory(a, o) for o in outputs) else a
-                      for a in arrays]
+        arrays = _in_place(iface, arrays, outputs, out is not None)
         self.run_into([data_address(a) for a in arrays], [data_address(a) for a in outputs])
         return results
 
@@ -268,6 +295,9 @@ class Executable:
         """Runs on inputs given by their data addresses, into fresh outputs. The caller has
         checked each input against `input_types`: dtype, shape, C order and alignment (and
         keeps it alive through the call); nothing here can check an address."""
+        if self.interface.aliases:
+            raise ShapeError(f"{self.interface.name} computes outputs in its inputs' memory:"
+                             " run it on arrays, or give the outputs (run_into)")
         outputs = [OUTPUTS.array(shape, dtype) for shape, dtype in self._output_specs]
         self.run_into(inputs, [data_address(a) for a in outputs])
         return outputs
@@ -275,7 +305,8 @@ class Executable:
     def run_into(self, inputs: Sequence[int], outputs: Sequence[int]) -> None:
         """Runs on inputs and into outputs given by their data addresses, which the caller
         has checked against `input_types` and `output_types` (dtype, shape, C order and
-        alignment) and keeps alive through the call."""
+        alignment) and keeps alive through the call. An output computed in an input's
+        memory (`Interface.aliases`) is given that input's address, or holds a copy."""
         with self._lock:
             self._in_ptrs[:len(inputs)] = inputs
             self._out_ptrs[:len(outputs)] = outputs
@@ -406,9 +437,7 @@ class SizedExecutable(Executable):
         arrays = [_check(a, b, f"input {i} (%{b.name})")
                   for i, (a, b) in enumerate(zip(arrays, bound.inputs))]
         results, outputs = self._outputs_of(bound.outputs, out)
-        if out is not None:
-            arrays = [a.copy() if any(np.may_share_memory(a, o) for o in outputs) else a
-                      for a in arrays]
+        arrays = _in_place(iface, arrays, outputs, out is not None)
         self.run_bound(bound, [data_address(a) for a in arrays],
                        [data_address(a) for a in outputs])
         return results

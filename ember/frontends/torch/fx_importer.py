@@ -30,7 +30,7 @@ from ember.frontends.torch.context import (
     to_numpy,
 )
 from ember.graph.builder import Builder, located
-from ember.graph.ir import Graph, Value
+from ember.graph.ir import Graph, Value, may_update_in_place
 from ember.graph.symbolic import Dim, size_bounds
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)')
@@ -162,7 +162,11 @@ def import_fx_with_sizes(gm: torch.fx.GraphModule,
     positions = {id(v): i for i, v in enumerate(b.graph.inputs)}
     writes = {len(outputs) + k: positions[id(target)] for k, target in enumerate(written)}
     b.output(*outputs, *written.values())
-    return b.build(), sizes, writes
+    graph = b.build()
+    # A scatter into the input that is its only reader (a cache's new rows) is computed in
+    # the input's memory: the kernel writes the new rows, and nothing is copied.
+    graph.aliases = {k: j for k, j in writes.items() if may_update_in_place(graph, k, j)}
+    return graph, sizes, writes
 
 
 def _written_value(node: torch.fx.Node, value: Any, target: Value, b: Builder) -> Value:

@@ -304,7 +304,18 @@ class GraphParser:
         ts.expect("->")
         ts.expect("(")
         header_token = ts.peek
-        declared = self.comma_list(self.tensor_type, ")")
+        declared, aliases = [], {}
+        if not ts.at(")"):
+            while True:  # a type, and `in %input` for an output computed in its memory
+                declared.append(self.tensor_type())
+                if ts.accept("in"):
+                    token = ts.expect_kind("value", "an input (%name)")
+                    names = [v.name for v in builder.graph.inputs]
+                    if token.text[1:] not in names:
+                        raise self.error(f"{token.text} is not an input of the graph", token)
+                    aliases[len(declared) - 1] = names.index(token.text[1:])
+                if not ts.accept(","):
+                    break
         ts.expect(")")
         if ts.accept("where"):  # `where ?s <= 512, ...`: the sizes' bounds
             while True:
@@ -323,6 +334,7 @@ class GraphParser:
         self.region_body(builder, "return")
         ts.expect("}")
         graph = builder.graph
+        graph.aliases = aliases
         actual = [v.type for v in graph.outputs]
         if declared != actual:
             raise self.error(f"the graph declares outputs ({', '.join(map(str, declared))}) but"

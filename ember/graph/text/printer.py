@@ -119,7 +119,9 @@ class Printer:
     def print(self) -> str:
         g = self.graph
         args = ", ".join(f"{self.name(a)}: {a.type}" for a in g.inputs)
-        results = ", ".join(str(v.type) for v in g.outputs)
+        results = ", ".join(str(v.type) + (f" in {self.ref(g.inputs[g.aliases[k]])}"
+                                           if k in g.aliases else "")
+                            for k, v in enumerate(g.outputs))
         bounds = ", ".join(f"?{name} <= {bound}" for name, bound in sorted(g.size_bounds.items()))
         where = f" where {bounds}" if bounds else ""
         self.lines.append(f"graph @{g.name}({args}) -> ({results}){where} {{")

@@ -70,6 +70,9 @@ class LowerContext:
         self.outputs = [Buffer(f"y{i}", v.dtype, v.shape) for i, v in enumerate(op.results)]
         self.locals: list[Buffer] = []
         self._vars = 0
+        # The op's result is given its first operand's memory (a scatter into a graph
+        # input that the graph computes in place): that result holds the operand already.
+        self.in_place = False
 
     def unsupported(self, why: str) -> UnsupportedOpError:
         return UnsupportedOpError(f"{self.op.where()}: cannot lower: {why}")

@@ -68,6 +68,8 @@ class _Lowerer:
         g = self.graph
         for value in g.inputs:
             self.env[value] = self.new_buffer(value.name or "input", value.type, "input")
+        # The scatters that compute an output in their input's memory (`Graph.aliases`)
+        self.in_place = {g.outputs[k].producer: g.inputs[j] for k, j in g.aliases.items()}
         outputs = {v for v in g.outputs if v.producer is not None
                    and v.producer.name not in ("constant",)}
         steps = self.region(g.body, outputs)
@@ -83,8 +85,9 @@ class _Lowerer:
         order = {"input": 0, "output": 1, "constant": 2, "temp": 3}
         self.buffers.sort(key=lambda b: (order[b.kind], final.index(b.buffer.name)
                                          if b.kind == "output" else 0))
+        aliases = {final[k]: self.env[g.inputs[j]] for k, j in g.aliases.items()}
         return Program(sanitize_name(g.name) or "main", self.buffers, self.kernels, steps,
-                       self.constants, dict(g.size_bounds))
+                       self.constants, dict(g.size_bounds), aliases)
 
     def kind(self, name: str) -> str:
         return next(b.kind for b in self.buffers if b.buffer.name == name)
@@ -124,6 +127,7 @@ class _Lowerer:
             name, origin = op.name, op.where()
 
             ctx = LowerContext(op, self.target)
+            ctx.in_place = op in self.in_place
             body = fn(ctx)
             lowered = serial_unless_vectorizable(Kernel("k", [*ctx.inputs, *ctx.outputs],
                                                         body, ctx.locals))

@@ -17,6 +17,7 @@ import torch  # noqa: E402
 import ember  # noqa: E402
 import ember.torch  # noqa: E402
 from ember.frontends.torch import export  # noqa: E402
+from ember.graph.bind import graph_symbols  # noqa: E402
 
 torch.manual_seed(0)
 
@@ -226,6 +227,20 @@ def test_one_capture_serves_every_batch(monkeypatch) -> None:
             x = torch.randn(batch, 16)
             torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
     assert len(captures) == 1 and compiled.compilations == 1
+
+
+@pytest.mark.parametrize("batch", ["batch", torch.export.Dim("batch", max=64)])
+def test_sizes_take_the_names_dynamic_gives(batch) -> None:
+    model = mlp()
+    compiled = ember.compile(model, (torch.randn(4, 16),), dynamic={"input": {0: batch}},
+                             config=ember.Config(executor="cpu"))
+    with torch.no_grad():
+        x = torch.randn(3, 16)
+        torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
+    graph = next(iter(compiled.cache.values())).graph_runner.graph
+    assert graph_symbols(graph) == {"batch"}  # (not PyTorch's ?s31)
+    if not isinstance(batch, str):
+        assert graph.size_bounds == {"batch": 64}
 
 
 def test_dynamic_true_keeps_what_the_model_lets_vary() -> None:

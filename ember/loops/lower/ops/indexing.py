@@ -203,7 +203,8 @@ def _scatter(ctx: LowerContext, positions, target, empty: bool):
     def copy_out(i):
         return [assign(y, Cast(y.dtype, read(out, i)), i)]
 
-    stmts = ctx.nest(data.shape, copy_in)
+    # (y in data's memory holds data already: the updates are all there is to write)
+    stmts = [] if ctx.in_place and not staged else ctx.nest(data.shape, copy_in)
     if not empty:
         stmts += ctx.nest(positions, update)
     return stmts + ctx.nest(data.shape, copy_out) if staged else stmts
