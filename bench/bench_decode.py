@@ -106,22 +106,27 @@ def run_way(model_name: str, way: str, new: int, repeat: int) -> dict:
                           **options)
         return time.perf_counter() - start, tokens
 
-    from ember.runtime.machine import copy_bandwidth
+    from ember.runtime.machine import copy_bandwidth, read_bandwidth
     from ember.target import Target
 
     target = Target.host()
+
+    def bandwidths() -> tuple[float, float]:
+        return copy_bandwidth(target), read_bandwidth(target)
+
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         first, tokens = timed(1 + new)  # compiles the prompt's step and the decode step
-        one, full, bandwidth = [], [], [copy_bandwidth(target)]
+        one, full, measured = [], [], [bandwidths()]
         for _ in range(repeat):  # the bandwidth drifts on a VM: measured between runs
             one.append(timed(1)[0])
             full.append(timed(1 + new)[0])
-            bandwidth.append(copy_bandwidth(target))
+            measured.append(bandwidths())
     per_token = (statistics.median(full) - statistics.median(one)) / new
     return {"tokens": tokens[0, PROMPT:].tolist(), "first_s": first,
             "per_token_ms": per_token * 1e3, "prompt_ms": statistics.median(one) * 1e3,
-            "copy_gbs": statistics.median(bandwidth)}
+            "copy_gbs": statistics.median(c for c, _ in measured),
+            "read_gbs": statistics.median(r for _, r in measured)}
 
 
 def in_child(model_name: str, way: str, args) -> dict | None:
@@ -134,6 +139,36 @@ def in_child(model_name: str, way: str, args) -> dict | None:
         print(f"{model_name} {way}: failed\n{done.stderr[-2000:]}", file=sys.stderr)
         return None
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+DOORS = ("ember", "ember-dynamo")
+
+
+def table_row(model_name: str, weights: int, results: dict) -> str:
+    """One model's row of the table: each way's per-token ms and its floors."""
+    def floor_ms(r: dict, key: str = "copy_gbs") -> float:
+        return weights / (r[key] * 1e9) * 1e3
+
+    def spread(values: list[float]) -> str:
+        return f"{min(values):.1f}-{max(values):.1f}"
+
+    eager = results["eager"]
+
+    def by(way: str, base) -> str:
+        r = results[way]
+        return f"{r['per_token_ms'] / base(r):.2f}" if r and eager else "n/a"
+
+    done = [r for r in results.values() if r]
+    cells = [f"{r['per_token_ms']:.1f} ({r['per_token_ms'] / floor_ms(r):.2f}x)" if r
+             else "failed" for r in results.values()]
+    ratios = [" / ".join(by(w, base) for w in DOORS) for base in (
+        lambda _: eager["per_token_ms"], floor_ms, lambda r: floor_ms(r, "read_gbs"))]
+    match = all(r is not None and r["tokens"] == eager["tokens"] for r in results.values())
+    first = results["ember"]["first_s"] if results["ember"] else float("nan")
+    return (f"| {model_name} | {weights / 2**20:.0f} | {spread([r['copy_gbs'] for r in done])}"
+            f" | {spread([r['read_gbs'] for r in done])} |"
+            f" {spread([floor_ms(r) for r in done])} | " + " | ".join(cells)
+            + f" | {' | '.join(ratios)} | {'yes' if match else 'NO'} | {first:.1f} |")
 
 
 def main() -> None:
@@ -159,41 +194,23 @@ def main() -> None:
     os.environ["EMBER_NUM_THREADS"] = str(args.threads)
     ways = ["eager", "eager-static", "ember", "ember-dynamo"]
     ways += ["inductor"] if args.inductor else []
-    doors = ("ember", "ember-dynamo")
     lines = [f"## Greedy decoding, {args.threads} thread(s): per-token ms (`python"
              f" bench/bench_decode.py --threads {args.threads}`)", "",
              f"Machine: {machine()}. Prompt {PROMPT}, {args.new} new tokens, batch 1."
-             " Each way runs in a process of its own and measures the copy bandwidth"
-             " (read + write) between its timed runs; its floor is the weight bytes over"
-             " that bandwidth, and `x floor` is its per-token time over its floor.", "",
-             "| model | weights MiB | copy GB/s | floor ms | " + " | ".join(ways)
-             + " | ember / eager | ember x floor | tokens match | ember first call s |",
-             "|---" * (len(ways) + 8) + "|"]
+             " Each way runs in a process of its own and measures, between its timed runs,"
+             " the copy bandwidth (read + write bytes of a parallel copy) and the read"
+             " bandwidth (a parallel sum: data only read, as a matrix-vector product's"
+             " weights are). Its floor is the weight bytes over the copy bandwidth; a cell"
+             " is ms (x that floor); `x read floor` divides by the weight bytes over the"
+             " read bandwidth instead.", "",
+             "| model | weights MiB | copy GB/s | read GB/s | floor ms | " + " | ".join(ways)
+             + " | ember / eager | ember x floor | ember x read floor | tokens match |"
+             " ember first call s |",
+             "|---" * (len(ways) + 10) + "|"]
     for model_name in args.models.split(","):
         weights = weight_bytes(make_model(model_name))
         results = {way: in_child(model_name, way, args) for way in ways}
-        eager = results["eager"]
-
-        def floor_ms(r: dict, weights: int = weights) -> float:
-            return weights / (r["copy_gbs"] * 1e9) * 1e3
-
-        cells = [f"{r['per_token_ms']:.1f} ({r['per_token_ms'] / floor_ms(r):.2f}x)" if r
-                 else "failed" for r in results.values()]
-        done = [r for r in results.values() if r]
-        bandwidths = sorted(r["copy_gbs"] for r in done)
-        floors = sorted(floor_ms(r) for r in done)
-        by_eager = [f"{results[w]['per_token_ms'] / eager['per_token_ms']:.2f}"
-                    if results[w] and eager else "n/a" for w in doors]
-        by_floor = [f"{results[w]['per_token_ms'] / floor_ms(results[w]):.2f}"
-                    if results[w] else "n/a" for w in doors]
-        match = all(r is not None and r["tokens"] == eager["tokens"]
-                    for r in results.values())
-        first = results["ember"]["first_s"] if results["ember"] else float("nan")
-        lines.append(f"| {model_name} | {weights / 2**20:.0f} |"
-                     f" {bandwidths[0]:.1f}-{bandwidths[-1]:.1f} |"
-                     f" {floors[0]:.1f}-{floors[-1]:.1f} | " + " | ".join(cells)
-                     + f" | {' / '.join(by_eager)} | {' / '.join(by_floor)} |"
-                     f" {'yes' if match else 'NO'} | {first:.1f} |")
+        lines.append(table_row(model_name, weights, results))
         print(lines[-1], flush=True)
     publish(lines, not args.no_record)
 

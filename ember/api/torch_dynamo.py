@@ -41,7 +41,8 @@ from ember.graph.symbolic import evaluate, symbols_in
 
 # graphs: graphs Dynamo handed over; dynamic_graphs: those with symbolic sizes, and
 # symbolic_graphs: those imported with them (the rest are traced per size); every_size:
-# those compiled once for every size; partial_specializations: imports with the sizes that
+# those compiled once for every size; hot_specializations: code of its own for a size that
+# ran long in that (SizeSpecialized.run); partial_specializations: imports with the sizes that
 # ops need as numbers fixed, one per value of those; specializations and evictions: code
 # compiled per size, and dropped; fallback_graphs: graphs with eager parts; fallback_ops:
 # op counts
@@ -188,10 +189,11 @@ class _SymbolicSizes:
         tensors = [args[i] for i in self.tensor_positions]
         shapes = [tuple(t.shape) for t in tensors]
         sizes = self.runner.sizes
-        before = (sizes.compilations, sizes.evictions)
+        before = (sizes.compilations, sizes.evictions, sizes.hot_compilations)
         results = self.runner(*tensors)
         counters["specializations"] += sizes.compilations - before[0]
         counters["evictions"] += sizes.evictions - before[1]
+        counters["hot_specializations"] += sizes.hot_compilations - before[2]
         if not self.sizes:
             return results
         env = sizes.binding(shapes)

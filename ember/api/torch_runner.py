@@ -182,14 +182,15 @@ class SymbolicGraphRunner:
             config.max_specializations, generic)
 
     def __call__(self, *tensors: Any) -> Any:
-        return self.sizes.runner([tuple(t.shape) for t in tensors])(*tensors)
+        return self.sizes.run([tuple(t.shape) for t in tensors],
+                              lambda runner: runner(*tensors))
 
     def run_plain(self, tensors: Sequence[Any]) -> list[torch.Tensor] | None:
         try:
-            runner = self.sizes.runner([tuple(t.shape) for t in tensors])
+            return self.sizes.run([tuple(t.shape) for t in tensors],
+                                  lambda runner: runner.run_plain(tensors))
         except (ShapeError, AttributeError):
             return None  # the general call explains
-        return runner.run_plain(tensors)
 
     def accepts(self, tensors: Sequence[Any]) -> bool:
         """Whether the graph's sizes bind to these tensors' shapes."""

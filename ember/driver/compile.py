@@ -6,6 +6,7 @@ backend) call this; the driver knows none of them and no frontend.
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -52,7 +53,15 @@ class SizeSpecialized:
     size, or every one, the graph is specialized (every size a number) and made into a
     runner by `make`. Either way once per binding, keeping the `limit` most recent;
     `compilations` and `evictions` count them (nested ones included), and a call with
-    shapes seen before costs one lookup."""
+    shapes seen before costs one lookup.
+
+    Code of every size makes its choices at one hint, which a size far from it pays for
+    (a 5-row MLP ran 1.9x its own code's time). Calls that go through `run` are timed,
+    and a size whose calls have spent as long in the code of every size as that code took
+    to compile gets code of its own (`hot`, made by `make`; `hot_compilations`): like a
+    JIT's tiering, the compile then costs at most what the size has run already. Only for
+    graphs of at most HOT_CONSTANT_BYTES of constants (each such code holds its own packed
+    weights), and at most HOT_SIZES sizes."""
 
     def __init__(self, graph: Graph, make: Callable[[Graph], Any], limit: int,
                  make_generic: Callable[[Graph], Any] | None = None):
@@ -67,11 +76,19 @@ class SizeSpecialized:
         self._evicted = 0
         self.generic: Any = None
         self.why_specialized = "no code for every size was asked for"
+        self.hot: OrderedDict[tuple[int, ...], Any] = OrderedDict()
+        self.hot_compilations = 0
+        self._budget: float | None = None  # the seconds a size runs before it is hot
+        self._spent: dict[tuple[int, ...], float] = {}
         if make_generic is not None:
             try:
+                start = time.perf_counter()
                 self.generic = make_generic(graph)
                 self._made = 1
                 self.why_specialized = ""
+                if sum(a.nbytes for a in graph.constants.values()) <= HOT_CONSTANT_BYTES:
+                    self._budget = _compile_seconds(self.generic,
+                                                    time.perf_counter() - start)
             except SymbolicShapeError as e:
                 self.why_specialized = str(e)
                 needed = sorted(e.symbols & set(self.symbols))
@@ -102,9 +119,37 @@ class SizeSpecialized:
             return False
         return True
 
+    def run(self, shapes: Sequence[Sequence[int]], call: Callable[[Any], Any]) -> Any:
+        """`call(runner)` with the runner for inputs of these shapes, timed where it is the
+        code of every size: what makes a size hot."""
+        runner = self.runner(shapes)
+        if runner is not self.generic or self._budget is None:
+            return call(runner)
+        start = time.perf_counter()
+        result = call(runner)
+        key, env = self._bind(shapes)
+        spent = self._spent.get(key, 0.0) + time.perf_counter() - start
+        self._spent[key] = spent
+        if spent >= self._budget:
+            self._specialize_hot(key, env)
+        return result
+
+    def _specialize_hot(self, key: tuple[int, ...], env: dict[str, int]) -> None:
+        del self._spent[key]
+        self.hot[key] = self.make(specialize(self.graph, env))
+        self.hot_compilations += 1
+        if len(self.hot) > HOT_SIZES:
+            self.hot.popitem(last=False)
+        if len(self._spent) > 16 * self.limit:  # (a ragged stream of sizes)
+            self._spent.clear()
+
     def runner(self, shapes: Sequence[Sequence[int]]) -> Any:
         """The runner for inputs of these shapes, made at the first call that binds them."""
         if self.generic is not None:
+            if self.hot:
+                hot = self.hot.get(self._bind(shapes)[0])
+                if hot is not None:
+                    return hot
             return self.generic  # (which checks the shapes itself, as it binds them)
         key, env = self._bind(shapes)
         runner = self.runners.get(key)
@@ -141,4 +186,17 @@ class SizeSpecialized:
 
     def __call__(self, *arrays: Any, **kwargs: Any) -> Any:
         arrays = tuple(np.asarray(a) for a in arrays)
-        return self.runner([a.shape for a in arrays])(*arrays, **kwargs)
+        return self.run([a.shape for a in arrays], lambda runner: runner(*arrays, **kwargs))
+
+
+def _compile_seconds(runner: Any, measured: float) -> float:
+    """What compiling `runner`'s code took: its build's stage timings (kept in the caches,
+    so a warm start does not make every size hot at once), else `measured`."""
+    timings = getattr(getattr(runner, "run", runner), "notes", {}).get("timings")
+    return max(measured, sum(timings.values())) if timings else measured
+
+
+# Hot sizes (SizeSpecialized.run): the most graph constants a graph may hold for its hot
+# sizes to get code of their own (each copy packs its weights anew), and the most sizes.
+HOT_CONSTANT_BYTES = 64 << 20
+HOT_SIZES = 4

@@ -77,6 +77,61 @@ program @copy {{
 """
 
 
+# A sum of `rows` x `n` f32s, a row per task, in one parallel loop, written as loop IR: a
+# stream of reads with nothing written back, what a matrix-vector product's weights are.
+_READ_PROGRAM = """
+kernel @read(%src: f32[{rows},{n}], %dst: f32[{rows},{lanes}]) {{
+  local %acc: f32[4,{lanes}]
+  for %t = 0 to {rows} parallel {{
+    for %a = 0 to 4 unrolled {{
+      for %j = 0 to {lanes} vectorized {{
+        %acc[%a, %j] = 0.0:f32
+      }}
+    }}
+    for %i = 0 to {blocks} {{
+      for %a = 0 to 4 unrolled {{
+        for %j = 0 to {lanes} vectorized {{
+          %acc[%a, %j] = add(%acc[%a, %j],
+                             %src[%t, add(mul(%i, {block}), add(mul(%a, {lanes}), %j))])
+        }}
+      }}
+    }}
+    for %j = 0 to {lanes} vectorized {{
+      %dst[%t, %j] = add(add(%acc[0, %j], %acc[1, %j]), add(%acc[2, %j], %acc[3, %j]))
+    }}
+  }}
+}}
+
+program @read {{
+  input %x: f32[{rows},{n}]
+  output %y: f32[{rows},{lanes}]
+  call @read(%x, %y)
+}}
+"""
+
+
+def read_bandwidth(target: Target) -> float:
+    """GB/s of a compiled, parallel sum of 256 MiB, measured now: the rate at which this
+    machine streams data it only reads (a matrix-vector product's bound)."""
+    from ember.loops.text import parse_program
+    from ember.runtime.executable import compile_program
+
+    lanes = target.lanes()
+    rows, n = 64, 1 << 20
+    program = parse_program(_READ_PROGRAM.format(rows=rows, n=n, lanes=lanes,
+                                                 block=4 * lanes, blocks=n // (4 * lanes)),
+                            "machine.read")
+    run = compile_program(program, target)
+    src, dst = np.ones((rows, n), np.float32), np.empty((rows, lanes), np.float32)
+    run(src, out=[dst])
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        run(src, out=[dst])
+        best = min(best, time.perf_counter() - start)
+    return src.nbytes / best / 1e9
+
+
 def copy_bandwidth(target: Target) -> float:
     """GB/s (read + write) of a compiled, parallel copy of 64 MiB, measured now (a VM's
     share of memory bandwidth drifts: benchmarks measure it next to what they time)."""

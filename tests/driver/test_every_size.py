@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 
 from ember import Builder, DType, interpret
 from ember.config import Config
+from ember.driver import compile as compile_module
 from ember.driver.compile import SizeSpecialized, executor_for
 from ember.driver.pipeline import lower_to_program
 from ember.errors import ShapeError
@@ -120,6 +121,25 @@ def test_only_the_sizes_a_stage_needs_as_numbers_are_fixed() -> None:
     nested = run.runners[(7,)]
     assert isinstance(nested, SizeSpecialized) and nested.generic is not None
     assert nested.graph.inputs[0].type.shape[1] == 7
+
+
+def test_a_size_that_runs_long_gets_code_of_its_own(monkeypatch) -> None:
+    """Once a size's calls have run as long as the code of every size took to compile
+    (here: taken to be 2 ms), the size gets code of its own, and the others keep the code
+    of every size."""
+    monkeypatch.setattr(compile_module, "_compile_seconds", lambda runner, measured: 2e-3)
+    graph = _mlp()
+    run = executor_for(graph, CPU)
+    x, y = (RNG.standard_normal((n, 64)).astype(np.float32) for n in (3, 5))
+    for _ in range(200):
+        run(x)
+        if run.hot:
+            break
+    assert list(run.hot) == [(3,)] and run.hot_compilations == 1
+    assert type(run.hot[(3,)]) is not SizedExecutable and run.compilations == 1
+    for a in (x, y):
+        np.testing.assert_allclose(run(a)[0], interpret(graph, [a])[0], rtol=1e-4, atol=1e-5)
+    assert run.runner([y.shape]) is run.generic
 
 
 def test_kernels_take_the_sizes_they_read() -> None:
