@@ -28,7 +28,13 @@ from ember.api.torch_fallback import partition
 from ember.api.torch_runner import GraphRunner, SymbolicGraphRunner
 from ember.config import Config
 from ember.errors import EmberError, UnsupportedOpError
-from ember.frontends.torch.context import fixed_sizes, fixing_sizes, size_values, to_dim
+from ember.frontends.torch.context import (
+    fixed_sizes,
+    fixing_sizes,
+    size_bounds_of,
+    size_values,
+    to_dim,
+)
 from ember.frontends.torch.fx_importer import (
     describe_unsupported,
     import_fx,
@@ -37,7 +43,7 @@ from ember.frontends.torch.fx_importer import (
     unsupported_nodes,
 )
 from ember.graph.bind import graph_symbols
-from ember.graph.symbolic import evaluate, symbols_in
+from ember.graph.symbolic import SymbolicShapeError, evaluate, symbols_in
 
 # graphs: graphs Dynamo handed over; dynamic_graphs: those with symbolic sizes, and
 # symbolic_graphs: those imported with them (the rest are traced per size); every_size:
@@ -138,8 +144,8 @@ class _SymbolicSizes:
             counters["every_size"] += 1
 
     @staticmethod
-    def of(gm: torch.fx.GraphModule, config: Config,
-           constants: dict[str, torch.Tensor]) -> _SymbolicSizes | None:
+    def of(gm: torch.fx.GraphModule, config: Config, constants: dict[str, torch.Tensor],
+           bounded: bool = True) -> _SymbolicSizes | None:
         """The symbolic runner of `gm` (the placeholders named in `constants` are those
         tensors, and not its inputs; the sizes `fixed_sizes` names are those numbers), or
         None when Ember cannot keep its sizes symbolic (a size input that no tensor's shape
@@ -151,7 +157,7 @@ class _SymbolicSizes:
         if any(not isinstance(n.meta.get("val"), (torch.Tensor, torch.SymInt))
                for n in placeholders):
             return None
-        graph, sizes, writes = import_fx_with_sizes(gm, constants, name="dynamo")
+        graph, sizes, writes = import_fx_with_sizes(gm, constants, "dynamo", bounded)
         given = graph_symbols(graph)
         for node in placeholders:
             if isinstance(node.meta["val"], torch.SymInt) and not \
@@ -171,11 +177,23 @@ class _SymbolicSizes:
         `_FixedSizes` over them; None when not even that imports."""
         placeholders = _inputs(gm, constants)
         where = _size_locations(placeholders)
-        values = {name: value for name, value in size_values(
-            [n.meta.get("val") for n in placeholders]).items() if name in where}
+        vals = [n.meta.get("val") for n in placeholders]
+        values = {name: value for name, value in size_values(vals).items() if name in where}
+        bounded = size_bounds_of(vals)
         try:
-            runner, fixed = fixing_sizes(lambda: _SymbolicSizes.of(gm, config, constants),
-                                         values)
+            # Without PyTorch's bounds first: a guard such as `?b <= 15` (its fake conv's
+            # choice of memory format) splits Dynamo's graphs where Ember's code need not
+            # differ, and graphs equal but for it share one compile (the caches' key). A
+            # size whose bound an op needs (BERT's `?s <= 512`) keeps the bounds.
+            bounded_import = False
+            try:
+                runner, fixed = fixing_sizes(
+                    lambda: _SymbolicSizes.of(gm, config, constants, bounded=False), values,
+                    fixable=values.keys() - bounded.keys())
+            except SymbolicShapeError:
+                bounded_import = True
+                runner, fixed = fixing_sizes(
+                    lambda: _SymbolicSizes.of(gm, config, constants), values)
         except EmberError:
             return None
         if runner is None:
@@ -183,7 +201,8 @@ class _SymbolicSizes:
         counters["symbolic_graphs"] += 1
         if not fixed:
             return runner
-        return _FixedSizes(gm, config, strict, constants, fixed, where, runner)
+        return _FixedSizes(gm, config, strict, constants, fixed, where, runner,
+                           bounded_import)
 
     def __call__(self, *args: Any) -> Any:
         tensors = [args[i] for i in self.tensor_positions]
@@ -217,8 +236,8 @@ class _FixedSizes:
 
     def __init__(self, gm: torch.fx.GraphModule, config: Config, strict: bool,
                  constants: dict[str, torch.Tensor], fixed: dict[str, int],
-                 where: dict[str, tuple], first: _SymbolicSizes):
-        self.gm, self.config, self.constants = gm, config, constants
+                 where: dict[str, tuple], first: _SymbolicSizes, bounded: bool):
+        self.gm, self.config, self.constants, self.bounded = gm, config, constants, bounded
         self.names = sorted(fixed)
         self.where = [where[n] for n in self.names]
         self.runners: OrderedDict[tuple[int, ...], Any] = OrderedDict()
@@ -233,7 +252,8 @@ class _FixedSizes:
         if runner is None:
             try:
                 with fixed_sizes(dict(zip(self.names, key))):
-                    runner = _SymbolicSizes.of(self.gm, self.config, self.constants)
+                    runner = _SymbolicSizes.of(self.gm, self.config, self.constants,
+                                               self.bounded)
             except EmberError:
                 runner = None
             runner = runner or self.traced

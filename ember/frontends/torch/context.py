@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import types
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, TypeVar
@@ -122,19 +122,21 @@ def fixed_sizes(values: Mapping[str, int]) -> Iterator[None]:
         _FIXED.reset(token)
 
 
-def fixing_sizes(importer: Callable[[], T], values: Mapping[str, int]) -> tuple[T, dict[str, int]]:
+def fixing_sizes(importer: Callable[[], T], values: Mapping[str, int],
+                 fixable: Iterable[str] | None = None) -> tuple[T, dict[str, int]]:
     """`importer()`'s result, where the sizes that an op needs as numbers (its
     SymbolicShapeError names them) are fixed to their `values` and the import tried again;
-    with the sizes fixed. The error stands when it names none, one without a value, or
-    every size."""
+    with the sizes fixed. The error stands when it names none, one without a value or not
+    `fixable` (default: any), or every size."""
     fixed: dict[str, int] = {}
+    allowed = values.keys() if fixable is None else set(fixable) & values.keys()
     while True:
         try:
             with fixed_sizes(fixed):
                 return importer(), fixed
         except SymbolicShapeError as e:
             needed = e.symbols - fixed.keys()
-            if not needed or not needed <= values.keys() or \
+            if not needed or not needed <= allowed or \
                     len(fixed) + len(needed) == len(values):
                 raise
             fixed.update((name, values[name]) for name in needed)

@@ -103,12 +103,14 @@ def import_fx_writing(gm: torch.fx.GraphModule,
 
 def import_fx_with_sizes(gm: torch.fx.GraphModule,
                          constants: Mapping[str, torch.Tensor] | None = None,
-                         name: str = "main") -> tuple[Graph, dict[int, Any], dict[int, int]]:
+                         name: str = "main", bounded: bool = True
+                         ) -> tuple[Graph, dict[int, Any], dict[int, int]]:
     """Import `gm` as `import_fx_writing` does, where some outputs may be sizes (AOT
     Autograd returns the sizes of its graphs' outputs): the graph of the tensor outputs,
     position -> size (an int or a Dim of the inputs' sizes) for the others, and the
     writes into inputs. SymInt placeholders are not inputs: their values are sizes of
-    the tensor inputs."""
+    the tensor inputs. Not `bounded`: without the bounds PyTorch knows of the sizes (an
+    op that needs one raises SymbolicShapeError)."""
     missing = unsupported_nodes(gm)
     if missing:
         raise UnsupportedOpError("the graph uses " + describe_unsupported(missing))
@@ -116,7 +118,7 @@ def import_fx_with_sizes(gm: torch.fx.GraphModule,
     gm.graph.eliminate_dead_code()  # raw traces keep unused nodes (max_pool's indices, say)
     b = Builder(name)
     b.graph.size_bounds = size_bounds_of([n.meta.get("val") for n in gm.graph.nodes
-                                          if n.op == "placeholder"])
+                                          if n.op == "placeholder"]) if bounded else {}
     env: dict[torch.fx.Node, Any] = {}
     outputs: list[Value] = []
     sizes: dict[int, Any] = {}
