@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ember.config import Config
-from ember.errors import ShapeError
+from ember.errors import EmberError, ShapeError
 from ember.graph.bind import bind_sizes, graph_symbols, is_symbolic, specialize
 from ember.graph.interp import interpret
 from ember.graph.ir import Graph
@@ -122,6 +122,10 @@ class SizeSpecialized:
     def run(self, shapes: Sequence[Sequence[int]], call: Callable[[Any], Any]) -> Any:
         """`call(runner)` with the runner for inputs of these shapes, timed where it is the
         code of every size: what makes a size hot."""
+        if self.generic is None:
+            entry = self._entry(shapes)
+            return entry.run(shapes, call) if isinstance(entry, SizeSpecialized) else \
+                call(entry)
         runner = self.runner(shapes)
         if runner is not self.generic or self._budget is None:
             return call(runner)
@@ -136,7 +140,11 @@ class SizeSpecialized:
 
     def _specialize_hot(self, key: tuple[int, ...], env: dict[str, int]) -> None:
         del self._spent[key]
-        self.hot[key] = self.make(specialize(self.graph, env))
+        try:
+            self.hot[key] = self.make(specialize(self.graph, env))
+        except EmberError:  # (the code of every size serves it, as it did)
+            self._budget = None
+            return
         self.hot_compilations += 1
         if len(self.hot) > HOT_SIZES:
             self.hot.popitem(last=False)
@@ -151,20 +159,26 @@ class SizeSpecialized:
                 if hot is not None:
                     return hot
             return self.generic  # (which checks the shapes itself, as it binds them)
+        entry = self._entry(shapes)
+        return entry.runner(shapes) if isinstance(entry, SizeSpecialized) else entry
+
+    def _entry(self, shapes: Sequence[Sequence[int]]) -> Any:
+        """The runner, or the nested SizeSpecialized, for the fixed sizes' values of these
+        shapes: made at the first call that has them, the `limit` most recent kept."""
         key, env = self._bind(shapes)
-        runner = self.runners.get(key)
-        if runner is None:
-            runner = self._runner_for(env)
-            self.runners[key] = runner
-            if len(self.runners) > self.limit:
-                dropped = self.runners.popitem(last=False)[1]
-                if isinstance(dropped, SizeSpecialized):
-                    self._made += dropped.compilations
-                    self._evicted += dropped.evictions
-                self._evicted += 1
-        else:
+        entry = self.runners.get(key)
+        if entry is not None:
             self.runners.move_to_end(key)
-        return runner.runner(shapes) if isinstance(runner, SizeSpecialized) else runner
+            return entry
+        entry = self._runner_for(env)
+        self.runners[key] = entry
+        if len(self.runners) > self.limit:
+            dropped = self.runners.popitem(last=False)[1]
+            if isinstance(dropped, SizeSpecialized):
+                self._made += dropped.compilations
+                self._evicted += dropped.evictions
+            self._evicted += 1
+        return entry
 
     def _runner_for(self, env: dict[str, int]) -> Any:
         if len(self.fixed) == len(self.symbols):

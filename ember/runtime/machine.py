@@ -113,42 +113,38 @@ program @read {{
 def read_bandwidth(target: Target) -> float:
     """GB/s of a compiled, parallel sum of 256 MiB, measured now: the rate at which this
     machine streams data it only reads (a matrix-vector product's bound)."""
-    from ember.loops.text import parse_program
-    from ember.runtime.executable import compile_program
-
     lanes = target.lanes()
     rows, n = 64, 1 << 20
-    program = parse_program(_READ_PROGRAM.format(rows=rows, n=n, lanes=lanes,
-                                                 block=4 * lanes, blocks=n // (4 * lanes)),
-                            "machine.read")
-    run = compile_program(program, target)
+    text = _READ_PROGRAM.format(rows=rows, n=n, lanes=lanes, block=4 * lanes,
+                                blocks=n // (4 * lanes))
     src, dst = np.ones((rows, n), np.float32), np.empty((rows, lanes), np.float32)
-    run(src, out=[dst])
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        run(src, out=[dst])
-        best = min(best, time.perf_counter() - start)
-    return src.nbytes / best / 1e9
+    return src.nbytes / _fastest_run(text, "machine.read", target, src, dst, 5) / 1e9
 
 
 def copy_bandwidth(target: Target) -> float:
     """GB/s (read + write) of a compiled, parallel copy of 64 MiB, measured now (a VM's
     share of memory bandwidth drifts: benchmarks measure it next to what they time)."""
+    n = 1 << 24
+    src, dst = np.ones(n, np.float32), np.empty(n, np.float32)
+    text = _COPY_PROGRAM.format(n=n)
+    return 2 * src.nbytes / _fastest_run(text, "machine.copy", target, src, dst, 7) / 1e9
+
+
+def _fastest_run(text: str, name: str, target: Target, src: np.ndarray, dst: np.ndarray,
+                 rounds: int) -> float:
+    """The seconds of the fastest of `rounds` runs (after a first) of the loop-IR program
+    `text`, compiled for `target`, from `src` into `dst`."""
     from ember.loops.text import parse_program
     from ember.runtime.executable import compile_program
 
-    n = 1 << 24
-    program = parse_program(_COPY_PROGRAM.format(n=n), "machine.copy")
-    run = compile_program(program, target)
-    src, dst = np.ones(n, np.float32), np.empty(n, np.float32)
+    run = compile_program(parse_program(text, name), target)
     run(src, out=[dst])
     best = float("inf")
-    for _ in range(7):
+    for _ in range(rounds):
         start = time.perf_counter()
         run(src, out=[dst])
         best = min(best, time.perf_counter() - start)
-    return 2 * src.nbytes / best / 1e9
+    return best
 
 
 def _key(target: Target) -> dict:
