@@ -186,11 +186,12 @@ class SymbolicGraphRunner:
                               lambda runner: runner(*tensors))
 
     def run_plain(self, tensors: Sequence[Any]) -> list[torch.Tensor] | None:
+        shapes = [tuple(t.shape) for t in tensors]
         try:
-            return self.sizes.run([tuple(t.shape) for t in tensors],
-                                  lambda runner: runner.run_plain(tensors))
+            self.sizes.binding(shapes)
         except (ShapeError, AttributeError):
             return None  # the general call explains
+        return self.sizes.run(shapes, lambda runner: runner.run_plain(tensors))
 
     def accepts(self, tensors: Sequence[Any]) -> bool:
         """Whether the graph's sizes bind to these tensors' shapes."""
