@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import re
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -30,7 +29,7 @@ from ember.api.torch_fallback import FallbackRunner
 from ember.api.torch_runner import GraphRunner, graph_runner
 from ember.config import Config
 from ember.driver.pipeline import load_cached
-from ember.errors import EmberError, UnsupportedOpError
+from ember.errors import EmberError, ShapeError, UnsupportedOpError
 from ember.frontends.torch import export  # by module: tests count its capture_program calls
 from ember.frontends.torch.context import fixing_sizes, size_values
 from ember.frontends.torch.fingerprint import load_entry, module_fingerprint, store_entry
@@ -287,15 +286,14 @@ def _named_sizes(graph: Graph, dynamic: Any) -> Graph:
             dim = shape[axis] if isinstance(axis, int) and -len(shape) <= axis < len(shape) \
                 else None
             old = dim.as_symbol() if isinstance(dim, Dim) else None
-            if old is None or old in renames or not label or \
-                    not _SIZE_NAME.match(label) or label in taken:
+            if old is None or old in renames or not label or label in taken:
                 continue
-            renames[old] = symbol(label)
+            try:
+                renames[old] = symbol(label)
+            except ShapeError:  # (not a symbol's name: PyTorch's stays)
+                continue
             taken.add(label)
     return specialize(graph, renames) if renames else graph
-
-
-_SIZE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def _widened(module: Any, args: tuple, kwargs: dict, dynamic: Any) -> tuple | None:

@@ -82,6 +82,8 @@ class GraphRunner:
             if compiled else None
         self._dtypes = [to_torch_dtype(b.dtype) for b in self.run.input_types] \
             if self._sized else None
+        self._output_dtypes = [to_torch_dtype(b.dtype) for b in self.run.output_types] \
+            if self._sized else None
 
     def __call__(self, *tensors: Any) -> Any:
         outputs = self.run_plain(tensors)
@@ -126,8 +128,8 @@ class GraphRunner:
             bound = self.run.binding([t.shape for t in tensors])
         except ShapeError:
             return None  # the general call explains
-        makers = [lambda b=b: torch.empty(b.shape, dtype=to_torch_dtype(b.dtype))
-                  for b in bound.outputs]
+        makers = [lambda b=b, dtype=dtype: torch.empty(b.shape, dtype=dtype)
+                  for b, dtype in zip(bound.outputs, self._output_dtypes)]
         return self._run_with(tensors, [t.data_ptr() for t in tensors], makers,
                               lambda ins, outs: self.run.run_bound(bound, ins, outs))
 

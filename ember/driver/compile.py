@@ -121,17 +121,21 @@ class SizeSpecialized:
 
     def run(self, shapes: Sequence[Sequence[int]], call: Callable[[Any], Any]) -> Any:
         """`call(runner)` with the runner for inputs of these shapes, timed where it is the
-        code of every size: what makes a size hot."""
+        code of every size: what makes a size hot. The shapes are bound once."""
         if self.generic is None:
             entry = self._entry(shapes)
             return entry.run(shapes, call) if isinstance(entry, SizeSpecialized) else \
                 call(entry)
-        runner = self.runner(shapes)
-        if runner is not self.generic or self._budget is None:
-            return call(runner)
-        start = time.perf_counter()
-        result = call(runner)
+        if self._budget is None and not self.hot:
+            return call(self.generic)
         key, env = self._bind(shapes)
+        hot = self.hot.get(key)
+        if hot is not None:
+            return call(hot)
+        if self._budget is None:
+            return call(self.generic)
+        start = time.perf_counter()
+        result = call(self.generic)
         spent = self._spent.get(key, 0.0) + time.perf_counter() - start
         self._spent[key] = spent
         if spent >= self._budget:
