@@ -21,7 +21,7 @@ import inspect
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -50,9 +50,27 @@ class Specialization:
     compiled: CompiledGraph | None  # None when the function returns Python constants only
     tree: tuple
 
+    natives: dict[str, Any] = field(default_factory=dict)
+
     @property
     def executable(self) -> Any:
         return self.compiled.run if self.compiled is not None else None
+
+    def native(self, arguments: int) -> Any:
+        """The compiled code as one native call of `arguments` arrays that returns the
+        function's result (ember.runtime.fastcall), or None: where the code is not native,
+        its inputs are not the arguments, or the result is not one array or a tuple of
+        arrays."""
+        if "call" not in self.natives:
+            self.natives["call"] = None
+            result = ("single" if self.tree[0] == "tensor" else "tuple"
+                      if self.tree[0] == "tuple" and all(t[0] == "tensor" for t in self.tree[1])
+                      else None)
+            native = getattr(self.executable, "native", None)
+            if result is not None and native is not None and \
+                    len(self.executable.input_types) == arguments:
+                self.natives["call"] = native(result)
+        return self.natives["call"]
 
 
 class ScriptFunction:
@@ -77,27 +95,46 @@ class ScriptFunction:
         self.cache: OrderedDict[tuple, Specialization] = OrderedDict()
         # Calls on arrays only, by their dtypes and shapes: the common call skips the key.
         self.by_arrays: dict[tuple, Specialization] = {}
-        self.stats = {"compiles": 0, "calls": 0, "hits": 0, "evictions": 0}
+        # The latest arrays-only specialization's native call (Specialization.native): a
+        # call it takes costs one native call, checks included.
+        self._native: Any = None
+        self._native_calls = 0
+        self._counts = {"compiles": 0, "calls": 0, "hits": 0, "evictions": 0}
         specs = annotated_specs(fn, self.signature)
         if specs is not None:  # every argument annotated: compile now
             self.specialize(tuple(s.key() for s in specs.values()), specs)
 
     @property
+    def stats(self) -> dict[str, int]:
+        """Compiles, calls, calls that found their compiled code, and evictions."""
+        counts = dict(self._counts)
+        counts["calls"] += self._native_calls
+        counts["hits"] += self._native_calls
+        return counts
+
+    @property
     def compiles(self) -> int:
-        return self.stats["compiles"]
+        return self._counts["compiles"]
 
     def specializations(self) -> list[Specialization]:
         return list(self.cache.values())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        native = self._native
+        if native is not None and not kwargs:
+            result = native(*args)
+            if result is not NotImplemented:
+                self._native_calls += 1
+                return result
         arrays_only = not kwargs and self.positional and len(args) == len(self.names) and \
             all(type(a) is np.ndarray for a in args)
         if arrays_only:
             spec = self.by_arrays.get(tuple((a.dtype, a.shape) for a in args))
             if spec is not None:
-                self.stats["calls"] += 1
-                self.stats["hits"] += 1
+                self._counts["calls"] += 1
+                self._counts["hits"] += 1
                 self.cache.move_to_end(spec.key)
+                self._native = spec.native(len(args))
                 return _rebuild(spec.tree, list(spec.compiled(*args))
                                 if spec.compiled is not None else [])
         if kwargs or len(args) != len(self.names) or not self.positional:
@@ -109,12 +146,12 @@ class ScriptFunction:
             args = tuple(_to_numpy(v) for v in args)
         arguments = dict(zip(self.names, args))
         key = self.key(arguments)
-        self.stats["calls"] += 1
+        self._counts["calls"] += 1
         spec = self.cache.get(key)
         if spec is None:
             spec = self.specialize(key, arguments)
         else:
-            self.stats["hits"] += 1
+            self._counts["hits"] += 1
             self.cache.move_to_end(key)
         outputs = []
         if spec.compiled is not None:
@@ -143,7 +180,7 @@ class ScriptFunction:
         graph, tree = emit_function(self.__ember_script__, params)
         compiled = compile_graph(graph, config=self.config) if graph.outputs else None
         spec = Specialization(key, graph, compiled, tree)
-        self.stats["compiles"] += 1
+        self._counts["compiles"] += 1
         self.cache[key] = spec
         if len(self.cache) > self.max_specializations:
             self.evict()
@@ -154,7 +191,9 @@ class ScriptFunction:
                    if len({key[k] for key in self.cache}) > 1]
         _, dropped = self.cache.popitem(last=False)
         self.by_arrays = {k: v for k, v in self.by_arrays.items() if v is not dropped}
-        self.stats["evictions"] += 1
+        if dropped.natives.get("call") is self._native:
+            self._native = None
+        self._counts["evictions"] += 1
         hint = (f" (the argument{'s' if len(varying) > 1 else ''} that vary:"
                 f" {', '.join(varying)})") if varying else ""
         warnings.warn(f"{self.__name__} compiled for more than {self.max_specializations}"

@@ -34,9 +34,14 @@ from ember.errors import EmberError, ShapeError
 from ember.graph.bind import bind_shapes
 from ember.graph.symbolic import bind, parse_dim
 from ember.loops.ir import Buffer, Program
+from ember.runtime.fastcall import native_call
 from ember.runtime.memory_plan import ALIGNMENT, MemoryPlan, plan_memory
 from ember.runtime.pool import OUTPUTS
 from ember.target import Target
+
+# Plain calls of an executable before it makes its native call (a compile that runs once,
+# as most tests do, makes none).
+NATIVE_AFTER_CALLS = 2
 
 # void entry(void **inputs, void **outputs, void **constants, char *arena)
 ENTRY_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
@@ -222,14 +227,16 @@ class Executable:
 
     def __init__(self, program: Program | Interface, plan: MemoryPlan, entry: Any, engine: Any,
                  constants: dict[str, np.ndarray] | Sequence[np.ndarray] | None = None,
-                 notes: dict[str, Any] | None = None):
+                 notes: dict[str, Any] | None = None, target: Target | None = None):
         # What the build recorded (timings, the kernel table), for explain and the demo.
         self.notes = notes or {}
+        self.target = target  # what the code was compiled for (None: not known here)
         self.interface = program if isinstance(program, Interface) else Interface.of(program)
         self.program = program if isinstance(program, Program) else None
         self.plan = plan
         self.engine = engine
         self._entry = entry_function(entry)
+        self._entry_address = ctypes.cast(self._entry, ctypes.c_void_p).value
         iface = self.interface
         if constants is None:
             constants = self.program.constants if self.program is not None else {}
@@ -258,6 +265,8 @@ class Executable:
                             ctypes.addressof(self._constant_ptrs), self.arena.ctypes.data)
         self._expected = tuple((b.dtype.np, b.shape) for b in iface.inputs)
         self._output_specs = tuple((b.shape, b.dtype.np) for b in iface.outputs)
+        self._natives: dict[str, Any] = {}
+        self._plain_calls = 0  # calls before the native call is made (`native`)
 
     @property
     def input_types(self) -> list[Buffer]:
@@ -268,6 +277,16 @@ class Executable:
         return list(self.interface.outputs)
 
     def __call__(self, *inputs: Any, out: Any = None) -> list[np.ndarray]:
+        if out is None:
+            fast = self._natives.get("list")
+            if fast is not None:
+                result = fast(*inputs)
+                if result is not NotImplemented:
+                    return result
+            elif self._plain_calls < NATIVE_AFTER_CALLS:
+                self._plain_calls += 1
+            else:
+                self.native("list")
         iface = self.interface
         _check_count(iface, inputs)
         plain = all(type(x) is np.ndarray and x.dtype == dtype and x.shape == shape
@@ -290,6 +309,23 @@ class Executable:
         arrays = _in_place(iface, arrays, outputs, out is not None)
         self.run_into([data_address(a) for a in arrays], [data_address(a) for a in outputs])
         return results
+
+    def native(self, result: str = "list") -> Any:
+        """This program as a builtin function of its input arrays that returns its outputs
+        (as a list, a tuple, or with result="single" its one output) in one native call,
+        or `NotImplemented` for arrays it does not take as they are (ember.runtime.fastcall);
+        None where there is none (code computed in its inputs' memory, another target)."""
+        if result not in self._natives:
+            call = None
+            if self.target is not None and not self.interface.aliases and not (
+                    result == "single" and len(self._output_specs) != 1):
+                call = native_call(
+                    self._entry_address, self._entry_args[2],
+                    self._entry_args[3], self._expected,
+                    [OUTPUTS.allocator(shape, dtype) for shape, dtype in self._output_specs],
+                    self._lock, self.target, result, owner=self)
+            self._natives[result] = call
+        return self._natives[result]
 
     def run_addresses(self, inputs: Sequence[int]) -> list[np.ndarray]:
         """Runs on inputs given by their data addresses, into fresh outputs. The caller has
@@ -374,8 +410,9 @@ class SizedExecutable(Executable):
 
     def __init__(self, program: Program | Interface, plan: MemoryPlan, entry: Any,
                  engine: Any, constants: dict[str, np.ndarray] | Sequence[np.ndarray] | None
-                 = None, notes: dict[str, Any] | None = None, limit: int = 64):
-        super().__init__(program, plan, entry, engine, constants, notes)
+                 = None, notes: dict[str, Any] | None = None, limit: int = 64,
+                 target: Target | None = None):
+        super().__init__(program, plan, entry, engine, constants, notes, target)
         self._entry = entry_function(entry, SIZED_ENTRY_TYPE)
         self.limit = limit
         self.bindings = 0
@@ -386,6 +423,10 @@ class SizedExecutable(Executable):
         self._declared = [b.shape for b in iface.inputs]
         self.env: dict[tuple, dict[str, int]] = {}  # the sizes of each input shapes bound
         self.latest: tuple | None = None  # the input shapes of the latest call
+
+    def native(self, result: str = "list") -> None:
+        """None: each call binds its sizes first (in Python)."""
+        return None
 
     def binding(self, shapes: Sequence[Sequence[int]]) -> _Binding:
         """The binding for inputs of these shapes, made at the first call that has them."""
@@ -429,6 +470,16 @@ class SizedExecutable(Executable):
         return address
 
     def __call__(self, *inputs: Any, out: Any = None) -> list[np.ndarray]:
+        if out is None:
+            fast = self._natives.get("list")
+            if fast is not None:
+                result = fast(*inputs)
+                if result is not NotImplemented:
+                    return result
+            elif self._plain_calls < NATIVE_AFTER_CALLS:
+                self._plain_calls += 1
+            else:
+                self.native("list")
         iface = self.interface
         _check_count(iface, inputs)
         arrays = [as_array(x, f"input {i} (%{b.name})") for i, (x, b) in
@@ -518,7 +569,7 @@ def load_artifact(artifact: Artifact, target: Target) -> Executable:
     jit = load_objects(artifact.objects, target)
     kind = SizedExecutable if artifact.interface.sizes else Executable
     return kind(artifact.interface, artifact.plan, jit.address(artifact.interface.entry), jit,
-                artifact.constants, artifact.extra)
+                artifact.constants, artifact.extra, target=target)
 
 
 def compile_program(program: Program, target: Target, plan: MemoryPlan | None = None

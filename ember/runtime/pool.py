@@ -40,6 +40,14 @@ class OutputPool:
         self.reused = 0  # blocks handed out again, for tests and explain
         self.lock = threading.Lock()
 
+    def allocator(self, shape: Sequence[int], dtype: np.dtype) -> tuple:
+        """(function, args) whose call `function(*args)` gives what `array(shape, dtype)`
+        does: np.empty itself where the pool does not keep blocks of that size."""
+        dtype = np.dtype(dtype)
+        if math.prod(shape) * dtype.itemsize < self.min_bytes:
+            return np.empty, (tuple(shape), dtype)
+        return self.array, (tuple(shape), dtype)
+
     def array(self, shape: Sequence[int], dtype: np.dtype) -> np.ndarray:
         """An uninitialized C-contiguous array, from the pool when it is large."""
         dtype = np.dtype(dtype)

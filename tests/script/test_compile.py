@@ -18,6 +18,7 @@ def count_native_calls(executable):
     """Wrap the executable's native entry: a list that grows by one per native call."""
     calls = []
     entry = executable._entry
+    executable.native = lambda result="list": None  # every call through `_entry`
 
     def counted(*args):
         calls.append(1)
@@ -151,3 +152,34 @@ def test_calls_on_arrays_reuse_their_signatures_compile() -> None:
 
 def _double_plus(x):
     return x * 2 + 1
+
+
+def test_setitem_in_a_loop_writes_the_carried_array_in_place() -> None:
+    """`out[i] = v` in a loop is a scatter of one element into the carried buffer itself:
+    no step of the loop copies or rewrites the whole array (a step is O(1), not O(n))."""
+    from ember.driver.pipeline import lower_to_program
+    from ember.loops.ir import ProgramLoop
+
+    def fill(x):
+        out = np.zeros((x.shape[0], 3), x.dtype)
+        for i in range(x.shape[0]):
+            out[i] = x[i] * 2  # a row: the leading axis indexed, the rest whole
+            out[i, 0] += 1
+        return out
+
+    f = ember.script(fill, config=ember.Config(executor="cpu", disk_cache=False))
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    want = x * 2
+    want[:, 0] += 1
+    np.testing.assert_array_equal(f(x), want)
+    (spec,) = f.specializations()
+    assert sum(op.name == "scatter_nd" for op in spec.graph.walk()) == 2
+    program, _ = lower_to_program(spec.graph, ember.Config(executor="cpu"))
+    (loop,) = [s for s in program.steps if isinstance(s, ProgramLoop)]
+    kernels = {k.name: k for k in program.kernels}
+    origins = {s.kernel: kernels[s.kernel].origin.split()[0] for s in loop.body}
+    scatters = [s for s in loop.body if origins[s.kernel] == "graph.scatter_nd"]
+    assert len(scatters) == 2 and all(s.args[0] == s.args[-1] for s in scatters)
+    carried = scatters[0].args[0]  # computed in the carried buffer, read by one gather_nd
+    assert sorted(origins[s.kernel] for s in loop.body if carried in s.args) == \
+        ["graph.gather_nd"] + ["graph.scatter_nd"] * 2

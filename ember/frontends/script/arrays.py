@@ -201,6 +201,15 @@ class ArrayOps:
     # -- indexing --------------------------------------------------------------------------
     def getitem(self, a: ArrayValue, index: Any) -> ArrayValue:
         items = expand_index(index, len(a.shape))
+        leading = self.leading_scalars(items, a.shape)
+        if leading is not None and any(isinstance(item, ArrayValue)
+                                       for item in items[:len(leading)]):
+            # Runtime scalars on the leading axes pick their part first, by one gather_nd:
+            # the rest then works on that part alone (`x[i, j]` in a loop reads one element,
+            # where a gather an axis would copy a row or a column a step).
+            rest = a.shape[len(leading):]
+            part = self.op("gather_nd", a, self.index_tuple(leading), batch_dims=0)
+            return self.getitem(self.reshape(part, rest), tuple(items[len(leading):]))
         bounds, gathers, final = [], [], []  # (start, stop, step) per axis; the result's shape
         axis = 0
         for item in items:
@@ -246,10 +255,17 @@ class ArrayOps:
         return self.op("add", steps, item.start)
 
     def setitem(self, a: ArrayValue, index: Any, value: Any) -> ArrayValue:
-        """`a` with `a[index] = value` done: where(in the indexed box, value, a)."""
+        """`a` with `a[index] = value` done: a scatter of one element (or one row, ...)
+        where scalars index the leading axes and the rest are whole, else where(in the
+        indexed box, value, a)."""
         items = expand_index(index, len(a.shape))
         if any(item is None for item in items):
             raise ScriptOpError("np.newaxis (None) cannot be assigned to")
+        leading = self.leading_scalars(items, a.shape)
+        if leading is not None and all(
+                isinstance(item, slice) and item.indices(dim) == (0, dim, 1)
+                for item, dim in zip(items[len(leading):], a.shape[len(leading):])):
+            return self.scatter_item(a, leading, value)
         rank = len(a.shape)
         box, view, mask = [], [], None
         pads = [0] * (2 * rank)
@@ -316,6 +332,48 @@ class ArrayOps:
         if mask is None:
             return self.broadcast_to(value, a.shape)
         return ArrayValue(self.op("where", mask, value, a).value)
+
+    def leading_scalars(self, items: list[Any], shape: tuple[int, ...]
+                        ) -> list[ArrayValue] | None:
+        """The i64 positions of the scalars (Python ints, 0-d arrays) that index the leading
+        axes of an array of `shape` (`x[i]`, `x[i, j]`, `x[i, 1:3]`), None when the first
+        item is not one. A Python int out of its axis is an error here; a runtime one
+        counts from the end when negative (gathers and scatters clamp what is still
+        outside)."""
+        positions = []
+        for axis, (item, dim) in enumerate(zip(items, shape)):
+            if isinstance(item, int):
+                k = item + dim if item < 0 else item
+                if not 0 <= k < dim:
+                    raise ScriptOpError(f"index {item} is out of bounds for axis {axis}"
+                                        f" with size {dim}")
+                positions.append(self.index(k))
+            elif isinstance(item, ArrayValue) and item.shape == ():
+                positions.append(self.cast(item, DType.i64))
+            else:
+                break
+        return positions or None
+
+    def index_tuple(self, positions: list[ArrayValue]) -> ArrayValue:
+        """i64[1, k]: one index tuple of k positions, for gather_nd and scatter_nd."""
+        column = [self.reshape(p, (1,)) for p in positions]
+        joined = column[0] if len(column) == 1 else self.op("concat", *column, axis=0)
+        return self.reshape(joined, (1, len(positions)))
+
+    def scatter_item(self, a: ArrayValue, positions: list[ArrayValue], value: Any
+                     ) -> ArrayValue:
+        """`a` with the part at `positions` (its leading axes) set to `value`: one
+        scatter_nd, which a loop can run in the carried array's memory (O(1) a step where
+        a where() would rewrite the whole array)."""
+        rest = a.shape[len(positions):]
+        value = self.cast(self.array(value), a.dtype)
+        try:
+            value = self.broadcast_to(value, rest)
+        except ScriptOpError:
+            raise ScriptOpError(f"cannot assign {describe(value)} to a part of shape"
+                                f" {rest}") from None
+        return ArrayValue(self.op("scatter_nd", a, self.index_tuple(positions),
+                                  self.reshape(value, (1, *rest)), reduction="none").value)
 
     def index(self, k: int) -> ArrayValue:
         return self.constant(np.asarray(k, np.int64))

@@ -32,6 +32,8 @@ from ember.loops.lower.fused import lower_fused
 from ember.loops.schedules.lanes import serial_unless_vectorizable
 from ember.target import Target
 
+SCATTERS = ("scatter_nd", "scatter_elements")
+
 
 def lower_graph(graph: Graph, target: Target) -> Program:
     """The loop-IR program of `graph` (primitive ops only): each kernel its op's algorithm,
@@ -48,6 +50,8 @@ class _Lowerer:
         self.kernels: list[Kernel] = []
         self.env: dict[Value, str] = {}
         self.constants = {}
+        self.in_place: dict[Op, Value] = {}  # scatters computed in their data's memory
+        self.given: dict[Value, str] = {}  # results computed in a buffer given beforehand
 
     # -- buffers -------------------------------------------------------------------------------
     def new_buffer(self, hint: str | None, value_type, kind: str) -> str:
@@ -69,7 +73,8 @@ class _Lowerer:
         for value in g.inputs:
             self.env[value] = self.new_buffer(value.name or "input", value.type, "input")
         # The scatters that compute an output in their input's memory (`Graph.aliases`)
-        self.in_place = {g.outputs[k].producer: g.inputs[j] for k, j in g.aliases.items()}
+        self.in_place.update({g.outputs[k].producer: g.inputs[j]
+                              for k, j in g.aliases.items()})
         outputs = {v for v in g.outputs if v.producer is not None
                    and v.producer.name not in ("constant",)}
         steps = self.region(g.body, outputs)
@@ -138,9 +143,40 @@ class _Lowerer:
         for value in op.results:
             kind = "output" if value in outputs else "temp"
             hint = value.name or ("out" if kind == "output" else "t")
-            self.env[value] = self.new_buffer(hint, value.type, kind)
+            self.env[value] = self.given.get(value) or self.new_buffer(hint, value.type, kind)
             results.append(self.env[value])
         return Call(kernel.name, [self.env[v] for v in op.operands] + results)
+
+    def scatter_in_place(self, body: Region, carried: list[str], nexts: list[Value]) -> None:
+        """Scatters in a loop body that turn a carried array into the next one write their
+        updates into the carried buffer itself: the step costs its updates, not a copy of
+        the array (`out[i] = v` in a loop of n steps is O(n), not O(n^2)). That takes a
+        chain of scatters from the carried array to what the body yields for it, each
+        the last reader of the array it updates (every other reader runs before it)."""
+        at = {op: k for k, op in enumerate(body.ops)}
+        readers: dict[Value, list[int]] = {}  # where each value is read: top-level positions
+        for k, top in enumerate(body.ops):
+            for op in (top, *(o for r in top.regions for o in r.walk())):
+                for value in (*op.operands, *(v for r in op.regions for v in r.outputs)):
+                    readers.setdefault(value, []).append(k)
+        for value in body.outputs:
+            readers.setdefault(value, []).append(len(body.ops))
+        for arg, name, value in zip(body.args[1:], carried, nexts):
+            chain = []
+            while value is not arg:
+                op = value.producer
+                if op is None or op.name not in SCATTERS or op not in at:
+                    break
+                data = op.operands[0]
+                reads = readers.get(data, [])
+                if reads.count(at[op]) != 1 or any(k > at[op] for k in reads):
+                    break
+                chain.append(op)
+                value = data
+            if value is arg:
+                for op in chain:
+                    self.in_place[op] = arg
+                    self.given[op.results[0]] = name
 
     # -- control flow ----------------------------------------------------------------------------
     def copy(self, src: str, dst: str, index_buffer: str | None = None) -> Call:
@@ -187,8 +223,9 @@ class _Lowerer:
         self.env[body.args[0]] = counter
         for arg, name in zip(body.args[1:], carried):
             self.env[arg] = name
-        inner = self.region(body)
         yielded = body.outputs
+        self.scatter_in_place(body, carried, yielded[1:1 + num_carried])
+        inner = self.region(body)
         # Yields may be the carried values themselves (even swapped): read every yield that
         # is a carried buffer (scan slices, the condition, staged carried values) before any
         # carried is written. A carried value yielded unchanged needs no copy, and one the
