@@ -498,3 +498,46 @@ def test_a_matrix_vector_product_streams_the_rows_of_b(m, k, n, epilogue) -> Non
     got, = ember.compile(graph, config=ember.Config(executor="cpu", disk_cache=False))(x, w)
     want = x.astype(np.float64) @ w
     np.testing.assert_allclose(got, np.tanh(want) if epilogue else want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("m, k", [(32, 32), (33, 40), (7, 100), (1, 17), (700, 300)])
+@pytest.mark.parametrize("epilogue", [False, True])
+@pytest.mark.parametrize("target", ["host", "znver3", "znver4", "sapphirerapids"])
+def test_a_matrix_times_a_vector_runs_dot_products_on_lanes_along_k(m, k, epilogue,
+                                                                      target) -> None:
+    """A @ v (fewer columns than the tile's lanes, A and v contiguous along k): each
+    element a dot product, partial sums on the tile's lanes along k and one horizontal
+    sum a row (gemm._DotRows); rows past the last tile and a k tail shorter than the
+    lanes still give NumPy's values, with a fused epilogue too."""
+    machine = Target.get(target)
+    b = ember.Builder("av")
+    y = b.matmul(b.input("a", "f32", (m, k)), b.input("v", "f32", (k,)))
+    b.output(b.tanh(y) if epilogue else y)
+    graph = b.build()
+    (_, g), = gemm.matmul_nests(lower_graph(graph, target=machine).kernels[0])
+    tile = gemm.fit_schedule(g, gemm.default_gemm_schedule(g, machine), machine)
+    assert gemm.dots_rows(g, tile.nr) and tile.nr == machine.lanes(DType.f32) * \
+        gemm.tile_vectors(machine)
+    program = verify_program(schedule_program(lower_graph(graph, target=machine), machine))
+    lanes = min(tile.nr, 1 << (k - 1).bit_length())  # a shallow K: the lanes that cover it
+    assert any(isinstance(s, For) and s.kind == "vectorized" and s.stop == Const(lanes)
+               for s in walk_stmts(program.kernels[0].body))
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    v = RNG.standard_normal(k).astype(np.float32)
+    want = x.astype(np.float64) @ v
+    want = np.tanh(want) if epilogue else want
+    if machine.runs_here() and set(machine.features) <= set(HOST.features):
+        got, = ember.compile(graph, config=ember.Config(executor="cpu", disk_cache=False,
+                                                        target=machine))(x, v)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    if m * k <= 4000:  # (the loop interpreter runs in Python)
+        np.testing.assert_allclose(interp.run_program(program, [x, v])[0], want, rtol=1e-4,
+                                   atol=1e-4)
+
+
+def test_columns_that_are_not_contiguous_along_k_keep_the_blocked_tile() -> None:
+    """B of three columns reads k with a stride: the tile stays along the columns."""
+    (_, g), = gemm.matmul_nests(lower_graph(matmul_graph((30, 64), (64, 3)),
+                                            target=HOST).kernels[0])
+    assert not gemm.dots_rows(g, gemm.default_gemm_schedule(g, HOST).nr)
+    check_compiled((30, 64), (64, 3))

@@ -912,6 +912,100 @@ class _RowStream(_Builder):
                 *self.chunks(j0, result)]
 
 
+class _DotRows(_Builder):
+    """A matmul of fewer columns than a vector's lanes whose A and B both run contiguous
+    along k (a matrix times a vector: `A @ v`): each element is a dot product, on lanes
+    along k into partial sums, mr rows at a time, with one horizontal sum a row:
+
+        for %task = 0 to row groups parallel {  for %r = tiles of mr rows {
+          for %col = 0 to N { %acc[.., ..] = 0
+            for %kv = 0 to K / L { for %ii = 0 to mr unrolled { for %l = 0 to L vectorized {
+              %acc[%ii, %l] = fma(A[r + %ii, %kv * L + %l], B[%kv * L + %l, %col], ..) } } }
+            (K % L more: one shorter vector)
+            for %ii { %sum = 0; for %l vectorized { %sum += %acc[%ii, %l] }; out = %sum }
+        } } }
+
+    A tile of nr lanes along the columns would run one of its lanes (a 32x32 A @ v: 0.27
+    us of scalar FMAs; docs/benchmarks.md). Rows past the end of the last tile read the
+    last row and store nothing."""
+
+    def __init__(self, ctx, g: Gemm, s: GemmSchedule):
+        self.ctx, self.g = ctx, g
+        self.nbatch, self.fold = 1, True
+        # The tile's lanes run along k: nr of them, or the power of two that covers a
+        # shallower K.
+        self.lanes = lanes = min(s.nr, 1 << (g.depth - 1).bit_length())
+        self.mr = max(1, min(s.mr, g.m))
+        self.tiles = _ceil(g.m, self.mr)
+        self.threaded = g.m * g.n * g.depth >= MIN_PARALLEL_MATVEC_FMAS
+        self.tasks = min(s.parallel, self.tiles) if self.threaded else 1
+        self.acc = ctx.local(F32, (self.mr, lanes))
+        self.sum = ctx.local(F32, ())
+
+    def build(self) -> list[Stmt]:
+        per_task = _ceil(self.tiles, self.tasks)
+        kind = "parallel" if self.tasks > 1 else "serial"
+        return self.loop("task", self.tasks, lambda t: self.loop(
+            "tile", _min(per_task, Const(self.tiles) - t * per_task) if self.tasks > 1
+            else per_task, lambda r: self.tile((t * per_task + r) * self.mr)), kind)
+
+    def tile(self, row0: Expr) -> list[Stmt]:
+        g, lanes, acc = self.g, self.lanes, self.acc.name
+        last = as_expr(g.m - 1)
+
+        def row(ii: Expr) -> Expr:
+            return row0 + ii if g.m % self.mr == 0 else _min(row0 + ii, last)
+
+        def rows(body, kind: str = "unrolled") -> For:
+            ii = self.var("ii")
+            return For(ii, Const(0), Const(self.mr), body(ii), 1, kind)
+
+        def on_lanes(count: int, body) -> For:
+            ll = self.var("l")
+            return For(ll, Const(0), Const(count), body(ll), 1, "vectorized")
+
+        def column(col: Expr) -> list[Stmt]:
+            def fma(k0: Expr, count: int) -> For:
+                return rows(lambda ii: [on_lanes(count, lambda ll: [Store(acc, (ii, ll), Fma(
+                    self.a_term(Const(0), row(ii), k0 + ll),
+                    self.b_term(Const(0), k0 + ll, col), Load(acc, (ii, ll), F32)))])])
+
+            zero = rows(lambda ii: [on_lanes(lanes, lambda ll: [
+                Store(acc, (ii, ll), Const(0.0, F32))])])
+            whole, rest = divmod(g.depth, lanes)
+            stmts = [zero, *self.loop("kv", whole, lambda kv: [fma(kv * lanes, lanes)])]
+            if rest:
+                stmts.append(fma(Const(whole * lanes), rest))
+            total = self.sum.name
+
+            def reduce(ii: Expr) -> list[Stmt]:
+                stored = self.result_at(Const(0), row0 + ii, col, Load(total, (), F32))
+                keep = stored if g.m % self.mr == 0 else \
+                    [If(binary("lt", row0 + ii, as_expr(g.m)), stored, [])]
+                return [Store(total, (), Const(0.0, F32)),
+                        on_lanes(lanes, lambda ll: [Store(total, (), Binary(
+                            "add", Load(total, (), F32), Load(acc, (ii, ll), F32)))]),
+                        *keep]
+
+            return [*stmts, rows(reduce, "serial")]
+
+        return self.loop("col", g.n, column)
+
+
+MIN_DOT_DEPTH = 4  # a shallower dot product costs more in its horizontal sum than it saves
+
+
+def dots_rows(g: Gemm, nr: int) -> bool:
+    """Whether matmul `g` under a schedule of `nr`-wide tiles is one `_DotRows` schedules
+    (its tile's lanes along k): one batch, fewer columns than `nr`, a K of a few lanes at
+    least, and A and B contiguous along k, read in place."""
+    def along_k(e: Expr) -> bool:
+        return isinstance(e, Load) and access_kind(e.index, g.k) == "contiguous"
+
+    return not g.batch and isinstance(g.m, int) and g.n < nr and g.depth >= MIN_DOT_DEPTH and \
+        g.b_panel is None and g.b_panels is None and along_k(g.a) and along_k(g.b)
+
+
 # The sums of a row-streamed matrix-vector task stay in L1: at most this many bytes.
 ROW_STREAM_BYTES = 1 << 14
 
@@ -932,6 +1026,8 @@ def apply_gemm(ctx, g: Gemm, schedule: GemmSchedule) -> list[Stmt]:
     `local(dtype, shape)`)."""
     if streams_rows(g, schedule):
         return _RowStream(ctx, g, schedule).build()
+    if dots_rows(g, schedule.nr):
+        return _DotRows(ctx, g, schedule).build()
     rows = g.m * (math.prod(e for _, e in g.batch) if folds_batches(g) else 1)
     if isinstance(rows, int) or not folds_batches(g) and not all(
             isinstance(e, int) for _, e in g.batch) or g.row is None:
@@ -962,6 +1058,8 @@ def fit_schedule(g: Gemm, s: GemmSchedule, target: Target) -> GemmSchedule:
             " type and shuffles it through the stack (a <48 x float> tile ran 20x slower);"
             f" use nr <= {lanes} or {lanes} * 2**k")
     mr, nr = (min(s.mr, rows) if isinstance(rows, int) else s.mr), min(s.nr, g.n)
+    if dots_rows(g, s.nr):  # lanes along k: the tile keeps its width
+        return GemmSchedule(mr, s.nr, g.depth, mr, s.nr, False, s.parallel)
     if not whole_vectors(nr, lanes):
         # Narrower than the tile's but wider than a vector: round up to whole vectors
         # (B's panels hold zeros past N and the write-back masks those columns).
