@@ -11,8 +11,8 @@ resolves a config's target once (`ember.driver.pipeline.resolve`) and passes it 
 
 The host is described from what its processor reports, never from its name (LLVM names
 some machines after a sibling): features decide the vector width and registers, the
-nearest preset by ISA gives the FMA latency, a probe measures the FMA units (features do
-not tell them: Xeons of one ISA have one or two; kept in the cache folder), and the
+probes measure the FMA latency and units (features do not tell them: Xeons of one ISA
+have one or two units, Zen 2 a longer latency than Zen 3; kept in the cache folder), and the
 kernel's cache and CPU lists give cache sizes and cores.
 """
 
@@ -232,10 +232,11 @@ def _host() -> Target:
     else:  # AArch64's NEON (SVE's longer vectors are not used yet)
         bits, registers = 128, 32
     near = nearest_preset(triple, features)
-    fma_latency = near.fma_latency if near else 4
     cpu = llvm.get_host_cpu_name()
-    fma_units = _fma_units(triple, cpu, features, bits, registers, fma_latency,
-                           near.fma_units if near and near.vector_bits == bits else 1)
+    fma_units, fma_latency = _fma_facts(
+        triple, cpu, features, bits, registers,
+        near.fma_units if near and near.vector_bits == bits else 1,
+        near.fma_latency if near else 4)
     data = _data_caches()
     caches = {level: size for level, (size, _) in data.items()}
     ways = data.get(1, (0, 0))[1] or (near.l1d_ways if near else 8)
@@ -261,42 +262,50 @@ def probe_chains(registers: int) -> int:
     return max(2, min(_PROBE_CHAINS, registers - 2))
 
 
-def _fma_units(triple: str, cpu: str, features: set[str], bits: int, registers: int,
-               latency: int, fallback: int) -> int:
-    """The host's vector FMA units, which its features do not tell (a Xeon has one or two
-    512-bit units by model; Zen 4 one): FMAs in flight, measured, over the latency.
-    Measured once per machine and kept in the cache folder, so that every process (and so
-    every cache key) sees the same figure; `fallback` where it cannot be measured."""
+def _fma_facts(triple: str, cpu: str, features: set[str], bits: int, registers: int,
+               units: int, latency: int) -> tuple[int, int]:
+    """The host's vector FMA units and latency in cycles, which its features do not tell (a
+    Xeon has one or two 512-bit units by model; Zen 2 waits five cycles, Zen 3 four):
+    the latency is a dependent FMA's time over a dependent integer add's (one cycle
+    everywhere), the units the FMAs in flight over it. Measured once per machine and kept
+    in the cache folder, so that every process (and so every cache key) sees the same
+    figures; `units` and `latency` (the nearest preset's) where they cannot be measured."""
     import json
 
     from ember.util.files import cache_dir, write_atomically
 
     chains = probe_chains(registers)
-    key = [triple, cpu, bits, sorted(features), chains]
+    key = [triple, cpu, bits, sorted(features), chains, "latency"]
     path = cache_dir() / "host-target.json"
     try:
         saved = json.loads(path.read_text())
         if saved.get("key") == key:
-            return int(saved["fma_units"])
+            return int(saved["fma_units"]), int(saved["fma_latency"])
     except (OSError, ValueError, TypeError, KeyError):
         pass
     try:
-        in_flight = _fma_in_flight(triple, bits, chains)
+        in_flight, cycles = _fma_timing(triple, bits, chains)
     except Exception:  # noqa: BLE001  (no JIT here: what the features suggest)
-        return fallback
+        return units, latency
+    latency = max(1, round(cycles))
     units = max(1, round(in_flight / latency))
     try:
-        write_atomically(path, json.dumps({"key": key, "fma_in_flight": round(in_flight, 2),
-                                           "fma_units": units}))
+        write_atomically(path, json.dumps({
+            "key": key, "fma_in_flight": round(in_flight, 2), "fma_cycles": round(cycles, 2),
+            "fma_units": units, "fma_latency": latency}))
     except OSError:
         pass
-    return units
+    return units, latency
 
 
-def _fma_in_flight(triple: str, bits: int, chains: int) -> float:
-    """The vector FMAs the host runs at once: the time per FMA of one dependent chain over
-    that of `chains` independent ones (units x latency, up to `chains`; the clock
-    cancels)."""
+# The integer adds of the clock probe per iteration, each waiting for the one before.
+_CLOCK_ADDS = 64
+
+
+def _fma_timing(triple: str, bits: int, chains: int) -> tuple[float, float]:
+    """(FMAs in flight, cycles of one FMA): the time per FMA of one dependent chain over
+    that of `chains` independent ones (units x latency, up to `chains`), and over that of
+    one dependent integer add (a cycle); the clock cancels in both."""
     import ctypes
     import time
 
@@ -310,19 +319,22 @@ def _fma_in_flight(triple: str, bits: int, chains: int) -> float:
         llvm.parse_assembly(str(fma_probe_module(triple, bits, chains))), machine)
     engine.finalize_object()
     kind = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64)
-
     runs = {name: kind(engine.get_function_address(name)) for name in ("chain", "wide")}
+    runs["adds"] = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(
+        engine.get_function_address("adds"))
     # Each run about half a millisecond: long enough that the call and the timer vanish
     # (the wide loop, with `chains` times the throughput, runs that many times as long).
-    iterations = {"chain": 10_000, "wide": 10_000 * chains // 2}
+    iterations = {"chain": 10_000, "wide": 10_000 * chains // 2, "adds": 10_000}
+    per = {"chain": chains, "wide": chains, "adds": _CLOCK_ADDS}  # operations an iteration
     best = dict.fromkeys(runs, float("inf"))
     runs["chain"](iterations["chain"])  # the clock up to speed
     for _ in range(30):  # interleaved, best of each: what a quiet core does
         for name, run in runs.items():
             begin = time.perf_counter()
             run(iterations[name])
-            best[name] = min(best[name], (time.perf_counter() - begin) / iterations[name])
-    return best["chain"] / best["wide"]
+            best[name] = min(best[name], (time.perf_counter() - begin)
+                             / (iterations[name] * per[name]))
+    return best["chain"] / best["wide"], best["chain"] / best["adds"]
 
 
 def fma_probe_module(triple: str, bits: int, chains: int):
@@ -334,7 +346,35 @@ def fma_probe_module(triple: str, bits: int, chains: int):
     module.triple = triple
     for name, count in (("chain", 1), ("wide", chains)):
         fma_loop(module, name, bits // 32, count, chains // count)
+    _add_chain(module, "adds", _CLOCK_ADDS)
     return module
+
+
+def _add_chain(module, name: str, depth: int) -> None:
+    """Add `i64 name(i64 n)`: n iterations of `depth` integer adds, each waiting for the
+    one before: a cycle each. An empty inline asm between them hides the chain from the
+    optimizer, which would fold it into one add, and costs no instruction."""
+    from llvmlite import ir
+
+    i64 = ir.IntType(64)
+    fn = ir.Function(module, ir.FunctionType(i64, [i64]), name)
+    entry, loop, done = (fn.append_basic_block(n) for n in ("entry", "loop", "done"))
+    b = ir.IRBuilder(entry)
+    b.branch(loop)
+    b.position_at_end(loop)
+    count, value = b.phi(i64), b.phi(i64)
+    count.add_incoming(ir.Constant(i64, 0), entry)
+    value.add_incoming(fn.args[0], entry)
+    barrier = ir.InlineAsm(ir.FunctionType(i64, [i64]), "", "=r,0", side_effect=False)
+    x = value
+    for _ in range(depth):
+        x = b.call(barrier, [b.add(x, ir.Constant(i64, 1))])
+    value.add_incoming(x, loop)
+    step = b.add(count, ir.Constant(i64, 1))
+    count.add_incoming(step, loop)
+    b.cbranch(b.icmp_signed("<", step, fn.args[0]), loop, done)
+    b.position_at_end(done)
+    b.ret(x)
 
 
 def fma_loop(module, name: str, lanes: int, chains: int, depth: int) -> None:

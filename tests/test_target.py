@@ -64,17 +64,18 @@ def test_host_has_cores_and_caches() -> None:
     assert HOST.fma_units >= 1 and HOST.fma_latency >= 1
 
 
-def test_fma_probe_sees_pipelined_units() -> None:
+def test_fma_probe_sees_pipelined_units_and_their_latency() -> None:
     """A dependent chain of FMAs waits out each one's latency; independent chains overlap:
-    more than two FMAs are in flight on any pipelined vector unit, a whole number of
-    units (at the nearest preset's latency) on the host."""
+    more than two FMAs are in flight on any pipelined vector unit, and a dependent FMA
+    takes a few cycles of the clock that a chain of integer adds measures (three to six
+    on every x86 and Arm core of this decade): whole numbers on the host."""
     from ember import target as target_module
 
     host = Target.host()
     chains = target_module.probe_chains(host.vector_registers)
-    in_flight = target_module._fma_in_flight(host.triple, host.vector_bits, chains)
-    assert in_flight > 2
-    assert 1 <= host.fma_units <= 4
+    in_flight, cycles = target_module._fma_timing(host.triple, host.vector_bits, chains)
+    assert in_flight > 2 and 2.5 < cycles < 7
+    assert 1 <= host.fma_units <= 4 and 3 <= host.fma_latency <= 6
 
 
 @pytest.mark.parametrize("name", ["znver3", "znver4", "sapphirerapids", "neoverse-n1"])
@@ -99,29 +100,30 @@ def test_fma_probe_keeps_its_chains_in_registers(name) -> None:
     assert chains >= target.fma_units * target.fma_latency  # it can see every unit
 
 
-def test_fma_units_are_measured_once_per_machine(tmp_path, monkeypatch) -> None:
-    """The measured units are kept in the cache folder and read back (every process, so
-    every cache key, sees one figure); another machine's entry is measured anew."""
+def test_fma_facts_are_measured_once_per_machine(tmp_path, monkeypatch) -> None:
+    """The measured units and latency are kept in the cache folder and read back (every
+    process, so every cache key, sees one figure); another machine's entry is measured
+    anew; without a JIT the nearest preset's figures stand."""
     from ember import target as target_module
 
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
     calls = []
-    monkeypatch.setattr(target_module, "_fma_in_flight",
-                        lambda triple, bits, chains: calls.append(bits) or 8.2)
+    monkeypatch.setattr(target_module, "_fma_timing",
+                        lambda triple, bits, chains: calls.append(bits) or (9.8, 4.9))
     features = {"avx2", "fma"}
     triple = "x86_64-unknown-linux-gnu"
-    assert target_module._fma_units(triple, "cpu", features, 256, 16, 4, 1) == 2
-    assert target_module._fma_units(triple, "cpu", features, 256, 16, 4, 1) == 2
+    assert target_module._fma_facts(triple, "cpu", features, 256, 16, 1, 4) == (2, 5)
+    assert target_module._fma_facts(triple, "cpu", features, 256, 16, 1, 4) == (2, 5)
     assert calls == [256]
-    assert target_module._fma_units(triple, "cpu", features, 512, 32, 4, 1) == 2
+    assert target_module._fma_facts(triple, "cpu", features, 512, 32, 1, 4) == (2, 5)
     assert calls == [256, 512]
 
     def no_jit(triple, bits, chains):
         raise RuntimeError("no JIT here")
 
-    monkeypatch.setattr(target_module, "_fma_in_flight", no_jit)
+    monkeypatch.setattr(target_module, "_fma_timing", no_jit)
     (tmp_path / "host-target.json").unlink()
-    assert target_module._fma_units(triple, "cpu", features, 256, 16, 4, 3) == 3
+    assert target_module._fma_facts(triple, "cpu", features, 256, 16, 3, 4) == (3, 4)
 
 
 # -- presets -------------------------------------------------------------------------------
