@@ -502,7 +502,7 @@ def test_a_matrix_vector_product_streams_the_rows_of_b(m, k, n, epilogue) -> Non
 
 @pytest.mark.parametrize("m, k", [(32, 32), (33, 40), (7, 100), (1, 17), (700, 300)])
 @pytest.mark.parametrize("epilogue", [False, True])
-@pytest.mark.parametrize("target", ["host", "znver3", "znver4", "sapphirerapids"])
+@pytest.mark.parametrize("target", ["host", "znver3", "znver4", "sapphirerapids", "neoverse-n1"])
 def test_a_matrix_times_a_vector_runs_dot_products_on_lanes_along_k(m, k, epilogue,
                                                                       target) -> None:
     """A @ v (fewer columns than the tile's lanes, A and v contiguous along k): each
