@@ -102,3 +102,24 @@ def test_program_call_types_are_checked() -> None:
 def test_parse_errors(broken: str) -> None:
     with pytest.raises(ParseError):
         parse_kernel(broken)
+
+
+@pytest.mark.parametrize("start, stop, step, want", [
+    (0, 10, 1, (0, 9)), (7, -1, -1, (0, 7)), (10, 0, -3, (1, 10)), (3, 3, 1, (0, -1)),
+    (0, 10**15, 7, (0, 10**15 - 6)),  # found from the ends, not by walking the range
+])
+def test_loop_ranges_are_the_ends_of_the_iteration_space(start, stop, step, want) -> None:
+    from ember.loops.ir import Const, For, Var
+    from ember.loops.verify import _loop_range
+
+    assert _loop_range(For(Var("i"), Const(start), Const(stop), [], step), {}) == want
+
+
+def test_a_long_loop_is_checked_against_its_buffer() -> None:
+    """The verifier bounds an index by its loop's ends (a loop of 10^12 trips over a
+    buffer of 10^12 elements is fine; one more trip is not)."""
+    text = ("kernel @long(%x: f32[1000000000000], %y: f32[1000000000000]) {\n"
+            "  for %i = 0 to {n} {\n    %y[%i] = %x[%i]\n  }\n}\n")
+    verify_kernel(parse_kernel(text.replace("{n}", str(10**12))))
+    with pytest.raises(VerificationError, match="out of"):
+        verify_kernel(parse_kernel(text.replace("{n}", str(10**12 + 1))))
