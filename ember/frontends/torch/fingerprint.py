@@ -4,20 +4,24 @@ machine code without running torch.export (seconds for a ResNet-50) or any compi
 
 The fingerprint hashes what decides the traced graph:
 
-- Ember's version and source, torch's version, the config, the target and the input
-  signature (shapes, dtypes, the call's structure);
-- every submodule's path, class and training flag, and its public attributes (a Conv2d's
-  stride, a config object's fields) by `repr`;
-- the code: the file of every class in each submodule's MRO, and the files of the
-  functions, classes and modules that their methods name as globals (a helper in another
-  file, `torch.nn.functional`);
+- Ember's version and source, Python's and torch's versions, the config, the target and
+  the input signature (shapes, dtypes, the call's structure);
+- every submodule's path, class and training flag, and its attributes (a Conv2d's
+  stride, a config object's fields, a user's `self._scale`) by `repr`, but the ones
+  every `torch.nn.Module` keeps for itself;
+- the code. The user's code (anything outside the Python installation's library
+  folders: a file of the project, a script read from standard input, a class made by
+  `exec`) by what runs, whatever its source: the bytecode of every method of each class
+  in a submodule's MRO and of every function they reach, with the values of the globals,
+  defaults and closure cells they read, followed through the user's functions and
+  classes. Library code (torch, transformers) by the files of its classes and of what
+  their methods name as globals (its version is in its files);
 - every parameter and buffer: name, dtype, shape and bytes.
 
 A module it cannot vouch for has no fingerprint and is traced every time: one with hooks,
-or with an attribute whose `repr` is an address (an object that prints as `<... at 0x..>`
-says nothing about its state). Code reached more than one global away from a method is not
-hashed: a changed helper called only through another helper is not noticed until Ember,
-torch or the module's own files change (or the cache is cleared).
+one whose attributes or reached globals hold an object that prints as an address (an
+object `<... at 0x..>` says nothing about its state), or user code that reaches a C
+function it cannot see into other than a library's.
 
     index entry: <cache>/modules/<fp[:2]>/<fp>.json = {"graph": cache key, "out_spec": ...}
 """
@@ -29,6 +33,8 @@ import hashlib
 import inspect
 import json
 import os
+import sys
+import sysconfig
 import types
 from pathlib import Path
 from typing import Any
@@ -48,68 +54,225 @@ def module_fingerprint(module: Any, signature: tuple, config: Any) -> str | None
     import torch
 
     h = hashlib.sha256(json.dumps({
-        "ember": code_version(), "torch": torch.__version__,
+        "ember": code_version(), "torch": torch.__version__, "python": sys.version,
         "config": jsonable(config),  # (resolved by ember.compile: its target included)
         "signature": jsonable(signature)},
         sort_keys=True).encode())
+    code = _Code()
     for path, sub in module.named_modules():
         if sub._forward_hooks or sub._forward_pre_hooks or \
                 getattr(sub, "_backward_hooks", None):
             return None
         cls = type(sub)
-        attributes = _attributes(sub)
-        if attributes is None:
+        attributes = _attributes(sub, code)
+        classes = code.of(cls)
+        if attributes is None or classes is None:
             return None
         h.update(f"\n{path}:{cls.__module__}.{cls.__qualname__}:{sub.training}\n".encode())
-        h.update(_class_code(cls).encode())
+        h.update(classes.encode())
         h.update(attributes.encode())
     for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
         _tensor_bytes(h, name, tensor)
     return h.hexdigest()
 
 
-def _attributes(sub: Any) -> str | None:
-    """The module's public attributes as text, or None when one prints as an address."""
+@functools.cache
+def _module_internals() -> frozenset[str]:
+    """The attributes every torch.nn.Module keeps in its __dict__ (its parameters, buffers,
+    submodules and hook tables), which the fingerprint reads otherwise or not at all."""
+    import torch
+
+    return frozenset(vars(torch.nn.Module()))
+
+
+def _attributes(sub: Any, code: _Code) -> str | None:
+    """The module's own attributes as text, or None when one cannot be vouched for."""
     parts = []
     for key, value in sorted(vars(sub).items()):
-        if key.startswith("_") or key == "training":
+        if key in _module_internals() or key == "training":
             continue
-        text = repr(value) if isinstance(value, _SIMPLE) else _object_repr(value)
+        text = code.value(value)
         if text is None:
             return None
         parts.append(f"{key}={text}")
     return ";".join(parts)
 
 
-def _object_repr(value: Any) -> str | None:
-    if isinstance(value, (tuple, list)):
-        items = [repr(v) if isinstance(v, _SIMPLE) else _object_repr(v) for v in value]
-        return None if None in items else f"{type(value).__name__}({', '.join(items)})"
-    if callable(value) and hasattr(value, "__code__"):  # a function: its code's file
-        return f"{value.__module__}.{value.__qualname__}:{_file_digest(value)}"
-    text = repr(value)
-    return None if " at 0x" in text else f"{type(value).__qualname__}:{text}"
+@functools.cache
+def _library_roots() -> tuple[str, ...]:
+    """The folders of the Python installation's own and installed packages."""
+    paths = sysconfig.get_paths()
+    roots = {os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib")
+             if paths.get(k)}
+    return tuple(sorted(roots))
+
+
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by Python code, not C
+
+
+def _is_library(obj: Any) -> bool:
+    """Whether `obj` (a function, class or module) comes from an installed package or the
+    standard library, not from the user's code: a C type, or Python code whose module is a
+    file in those folders and which was defined there (a class that `exec` made with
+    another namespace says `builtins` or some module's name: its methods' globals tell)."""
+    if isinstance(obj, type) and not obj.__flags__ & _HEAP_TYPE:
+        return True
+    if isinstance(obj, types.ModuleType):
+        return _in_library(getattr(obj, "__file__", None))
+    if not _library_namespace(getattr(obj, "__module__", None)):
+        return False
+    functions = [obj] if isinstance(obj, types.FunctionType) else \
+        [getattr(m, "__func__", m) for m in vars(obj).values()]
+    return all(_library_namespace(f.__globals__.get("__name__"), f.__globals__)
+               for f in functions if isinstance(f, types.FunctionType))
+
+
+def _library_namespace(name: str | None, namespace: dict | None = None) -> bool:
+    """Whether module `name` is a library file's (and `namespace`, when given, is its)."""
+    module = sys.modules.get(name or "")
+    return module is not None and _in_library(getattr(module, "__file__", None)) and \
+        (namespace is None or vars(module) is namespace)
 
 
 @functools.cache
-def _class_code(cls: type) -> str:
-    """Digests of the files holding the classes of `cls`'s MRO and of what their methods
-    name as globals (one level)."""
-    digests = set()
-    for klass in cls.__mro__:
-        if klass is object:
-            continue
-        digests.add(_file_digest(klass))
-        for member in vars(klass).values():
-            fn = getattr(member, "__func__", member)
-            code = getattr(fn, "__code__", None)
-            if code is None:
+def _in_library(path: str | None) -> bool:
+    if not path:
+        return False
+    path = os.path.realpath(path)
+    return any(path.startswith(root + os.sep) for root in _library_roots())
+
+
+class _Code:
+    """Text for the code a module runs and the values it reads, walked once per
+    fingerprint (cycles: a function reached again is named, not walked again)."""
+
+    def __init__(self):
+        self.seen: set[int] = set()
+
+    def of(self, cls: type) -> str | None:
+        """The code of `cls` and its bases: files for library classes, what runs for the
+        user's."""
+        parts = []
+        for klass in cls.__mro__:
+            if klass is object:
                 continue
-            globals_ = getattr(fn, "__globals__", {})
-            for name in code.co_names:
-                target = globals_.get(name)
-                if isinstance(target, (types.FunctionType, type, types.ModuleType)):
-                    digests.add(_file_digest(target))
+            text = _library_class_code(klass) if _is_library(klass) else self.user_class(klass)
+            if text is None:
+                return None
+            parts.append(text)
+        return ",".join(parts)
+
+    def user_class(self, klass: type) -> str | None:
+        if id(klass) in self.seen:
+            return f"class {klass.__qualname__}"
+        self.seen.add(id(klass))
+        parts = [f"class {klass.__module__}.{klass.__qualname__}"]
+        for name, member in sorted(vars(klass).items()):
+            if name in ("__dict__", "__weakref__", "__module__", "__doc__", "__qualname__"):
+                continue
+            if isinstance(member, property):
+                member = (member.fget, member.fset)
+            elif isinstance(member, (staticmethod, classmethod)):
+                member = member.__func__
+            text = self.value(member)
+            if text is None:
+                return None
+            parts.append(f"{name}={text}")
+        return ";".join(parts)
+
+    def function(self, fn: types.FunctionType) -> str | None:
+        if _is_library(fn):
+            return f"{fn.__module__}.{fn.__qualname__}:{_file_digest(fn)}"
+        if id(fn) in self.seen:
+            return f"def {fn.__qualname__}"
+        self.seen.add(id(fn))
+        parts = [f"def {fn.__module__}.{fn.__qualname__}", self.code(fn.__code__),
+                 self.value(fn.__defaults__), self.value(fn.__kwdefaults__)]
+        for cell in fn.__closure__ or ():
+            try:
+                parts.append(self.value(cell.cell_contents))
+            except ValueError:  # an empty cell
+                parts.append("<empty>")
+        for name in sorted(_global_names(fn.__code__)):
+            if name in fn.__globals__:
+                parts.append(f"{name}={self.value(fn.__globals__[name])}")
+        return None if None in parts else "\n".join(parts)
+
+    def code(self, code: types.CodeType) -> str:
+        """What runs: the bytecode, the constants (nested code too) and the names."""
+        consts = [self.code(c) if isinstance(c, types.CodeType) else repr(c)
+                  for c in code.co_consts]
+        return (f"{code.co_code.hex()}|{consts}|{code.co_names}|{code.co_freevars}|"
+                f"{code.co_cellvars}|{code.co_argcount}|{code.co_kwonlyargcount}|"
+                f"{code.co_flags}")
+
+    def value(self, value: Any) -> str | None:
+        """Text for a value the code reads: itself for plain values, the code of functions
+        and classes, a module's name and file; None for what cannot be vouched for."""
+        if isinstance(value, _SIMPLE):
+            return repr(value)
+        if isinstance(value, (tuple, list, frozenset, set)):
+            items = [self.value(v) for v in value]
+            if isinstance(value, (set, frozenset)):
+                items = sorted(items, key=str)
+            return None if None in items else f"{type(value).__name__}({', '.join(items)})"
+        if isinstance(value, dict):
+            items = [(self.value(k), self.value(v)) for k, v in value.items()]
+            if any(None in pair for pair in items):
+                return None
+            return "dict(" + ", ".join(f"{k}: {v}" for k, v in sorted(items)) + ")"
+        if isinstance(value, types.FunctionType):
+            return self.function(value)
+        if isinstance(value, types.MethodType):
+            inner = self.value(value.__func__)
+            owner = self.value(value.__self__) if not isinstance(value.__self__, type) \
+                else value.__self__.__qualname__
+            return None if inner is None or owner is None else f"method {inner} of {owner}"
+        if isinstance(value, type):
+            return _library_class_code(value) if _is_library(value) else \
+                self.user_class(value)
+        if isinstance(value, types.ModuleType):
+            return f"module {value.__name__}:{_file_digest(value)}"
+        if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
+            owner = getattr(value, "__self__", None)
+            if owner is None or isinstance(owner, types.ModuleType):
+                return f"builtin {getattr(owner, '__name__', '')}.{value.__name__}"
+            return None  # a C method bound to an object whose state is unknown
+        import torch
+
+        if isinstance(value, torch.nn.Module):  # a submodule: hashed as one of its own
+            return f"module {type(value).__qualname__}"
+        text = repr(value)
+        if " at 0x" in text:
+            return None
+        return f"{type(value).__qualname__}:{text}"
+
+
+def _global_names(code: types.CodeType) -> set[str]:
+    """The names `code` and the code nested in it (comprehensions, inner functions) may
+    read as globals."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
+
+
+@functools.cache
+def _library_class_code(klass: type) -> str:
+    """Digests of the file holding library class `klass` and of what its methods name as
+    globals (one level: a library's version is in its files)."""
+    digests = {_file_digest(klass)}
+    for member in vars(klass).values():
+        fn = getattr(member, "__func__", member)
+        code = getattr(fn, "__code__", None)
+        if code is None:
+            continue
+        globals_ = getattr(fn, "__globals__", {})
+        for name in code.co_names:
+            target = globals_.get(name)
+            if isinstance(target, (types.FunctionType, type, types.ModuleType)):
+                digests.add(_file_digest(target))
     return ",".join(sorted(digests))
 
 

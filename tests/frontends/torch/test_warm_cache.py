@@ -138,3 +138,77 @@ def test_a_new_process_starts_warm(cache) -> None:
     for run in runs:
         assert run.returncode == 0, run.stderr[-2000:]
     assert [run.stdout.split()[-1] for run in runs] == ["1", "0"]
+
+
+STDIN_MODULE = """
+import torch, ember
+class Net(torch.nn.Module):
+    def forward(self, x):
+        return x * {k}
+x = torch.ones(3)
+print(ember.compile(Net(), (x,), config=ember.Config(executor="cpu"))(x).tolist())
+"""
+
+EXEC_MODULE = """
+import sys, torch, ember
+source = "class Net(torch.nn.Module):\\n    def forward(self, x):\\n        return x * SCALE\\n"
+namespace = {{"torch": torch, "SCALE": {k}.0}}
+exec(source, namespace)
+x = torch.ones(3)
+print(ember.compile(namespace["Net"](), (x,), config=ember.Config(executor="cpu"))(x).tolist())
+"""
+
+
+@pytest.mark.parametrize("template, how", [(STDIN_MODULE, "stdin"), (EXEC_MODULE, "exec")])
+def test_modules_without_a_source_file_get_their_own_code(cache, template, how) -> None:
+    """Two processes whose modules differ only in their code (read from standard input) or
+    in a global's value (a class made by exec): each gets its own results, though the
+    class names, files (none) and signatures are the same; a third, like the first, finds
+    the first one's code."""
+    env = {"EMBER_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin"}
+    results = []
+    for k in (2, 5, 2):
+        code = template.format(k=k)
+        args = [sys.executable, "-"] if how == "stdin" else [sys.executable, "-c", code]
+        run = subprocess.run(args, input=code if how == "stdin" else None,
+                             capture_output=True, text=True, env=env, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        results.append(run.stdout.split("\n")[-2])
+    assert results == ["[2.0, 2.0, 2.0]", "[5.0, 5.0, 5.0]", "[2.0, 2.0, 2.0]"]
+    assert len(list(cache.glob("modules/*/*.json"))) == 2
+
+
+def _helper_module(body: str) -> type:
+    """A Net whose forward calls a helper that calls another, defined by exec."""
+    namespace = {"torch": torch}
+    exec("def inner(x):\n    return " + body + "\n"
+         "def outer(x):\n    return inner(x) + 1\n"
+         "class Net(torch.nn.Module):\n"
+         "    def __init__(self):\n        super().__init__()\n        self._gain = 2.0\n"
+         "    def forward(self, x):\n        return outer(x) * self._gain\n", namespace)
+    return namespace["Net"]
+
+
+def test_what_the_code_reaches_is_in_the_fingerprint() -> None:
+    """Code two calls away, a private attribute forward reads, and a closure's value all
+    change the fingerprint; the same code and values give the same one."""
+    signature = ("spec", ("torch.float32", (3, 8)))
+    first, same = _helper_module("x * 3")(), _helper_module("x * 3")()
+    assert module_fingerprint(first, signature, CPU) == module_fingerprint(same, signature, CPU)
+    assert module_fingerprint(_helper_module("x * 4")(), signature, CPU) != \
+        module_fingerprint(first, signature, CPU)
+    changed = _helper_module("x * 3")()
+    changed._gain = 3.0
+    assert module_fingerprint(changed, signature, CPU) != module_fingerprint(first, signature,
+                                                                              CPU)
+
+    def scaled(k):
+        class Scaled(torch.nn.Module):
+            def forward(self, x):
+                return x * k
+        return Scaled()
+
+    assert module_fingerprint(scaled(2), signature, CPU) != \
+        module_fingerprint(scaled(3), signature, CPU)
+    assert module_fingerprint(scaled(2), signature, CPU) == \
+        module_fingerprint(scaled(2), signature, CPU)
