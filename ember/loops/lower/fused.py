@@ -47,7 +47,7 @@ from ember.loops.ir import (
     walk_expr,
 )
 from ember.loops.lower.core import LowerContext, find_lowering
-from ember.loops.lower.ops.reduce import COMBINE, identity, narrow, widen
+from ember.loops.lower.ops.reduce import COMBINE, accumulate, narrow, widen
 
 Source = Callable[[Sequence[Expr]], Expr]
 
@@ -281,19 +281,12 @@ class FusedKernel:
     def reduce_row(self, member: Op, extents: list[int],
                    full: Callable[[Sequence[Var]], list[Expr]]) -> list[Stmt]:
         """acc = combine over the row of the member's operand; the result kept in a scalar."""
-        combine = COMBINE[member.name]
-        compute = member.operands[0].dtype.compute
-        acc = self.ctx.local(compute)
-        acc_value = Load(acc.name, (), compute)
-
-        def step(inner: list[Var]) -> list[Stmt]:
-            term = widen(self.read(member.operands[0], full(inner)))
-            return [Store(acc.name, (), Binary(combine, acc_value, term))]
-
+        stmts, value = accumulate(
+            self.ctx, COMBINE[member.name], member.operands[0].dtype.compute, extents,
+            lambda inner: widen(self.read(member.operands[0], full(inner))))
         result = self.ctx.local(member.result.dtype)
         self.sources[member.result] = lambda index: Load(result.name, (), result.dtype)
-        return [Store(acc.name, (), identity(combine, compute)), *self.ctx.nest(extents, step),
-                Store(result.name, (), narrow(acc_value, member.result.dtype))]
+        return [*stmts, Store(result.name, (), narrow(value, member.result.dtype))]
 
     def keep_scalar(self, member: Op, row_index: list[Expr]) -> Stmt:
         """Compute a reduced-shape value once per row, into a scalar its readers load."""
