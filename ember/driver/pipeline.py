@@ -76,10 +76,12 @@ def signature(graph: Graph) -> tuple:
 
 def graph_pipeline(config: Config, backend: Backend) -> list[str | GraphPass]:
     """The graph passes of a compile: attention before `decompose` splits its softmax, the
-    default pipeline, the backend's layout passes, fusion, and dce (which drops what the
-    layout passes replaced)."""
+    default pipeline, the backend's layout passes, fusion (after the arrays that branches
+    read are computed in them again), and dce (which drops what the layout passes
+    replaced)."""
     return (["fuse_attention"] if config.fuse_attention else []) + DEFAULT_PIPELINE + \
-        backend.graph_passes(config) + (["fuse"] if config.fusion else []) + ["dce"]
+        backend.graph_passes(config) + \
+        (["sink_into_branches", "fuse"] if config.fusion else []) + ["dce"]
 
 
 class _Stages:

@@ -65,6 +65,7 @@ def _load() -> None:
         pack_convs,
         pack_matmuls,
         pad_convs,
+        sink,
         winograd_convs,
     )
 
