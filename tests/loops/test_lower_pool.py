@@ -252,3 +252,43 @@ def test_the_pool_step_refuses_other_loops_and_empty_vectors() -> None:
         pool.pool(kernel, "i0", 0, 8)
     scheduled = pool.pool(kernel, "i0", 8, 1)  # 5 columns: one vector of 5, one row
     assert [b.shape for b in scheduled.locals] == [(1, 5)]
+
+
+@pytest.mark.parametrize("kind", ["max_pool", "avg_pool"])
+@pytest.mark.parametrize("size, kernel, stride, pad", [
+    (1, 2, 2, 0), (2, 3, 2, 0), (2, 7, 3, 2), (1, 4, 3, 1), (3, 5, 3, 0)])
+def test_ceil_mode_windows_longer_than_the_input(kind, size, kernel, stride, pad) -> None:
+    """With ceil_mode a window may hang over the end, even one longer than the padded input,
+    as long as it starts in it (PyTorch's and ONNX's rule: a 2-wide window at stride 2 over
+    one element gives one output); compiled and interpreted, against PyTorch."""
+    import torch
+
+    import ember
+
+    x = data((1, 3, size, size + 1))
+    attrs = {"kernel": (kernel, kernel), "strides": (stride, stride),
+             "pads": (pad,) * 4, "ceil_mode": True}
+    if kind == "avg_pool":
+        attrs["count_include_pad"] = True
+        want = torch.nn.functional.avg_pool2d(torch.from_numpy(x), kernel, stride, pad,
+                                              ceil_mode=True, count_include_pad=True)
+    else:
+        want = torch.nn.functional.max_pool2d(torch.from_numpy(x), kernel, stride, pad,
+                                              ceil_mode=True)
+    b = Builder("g")
+    b.output(getattr(b, kind)(b.input("x", DType.f32, x.shape), **attrs))
+    graph = b.build()
+    for executor in ("cpu", "interp"):
+        (got,) = ember.compile(graph, config=ember.Config(executor=executor,
+                                                          disk_cache=False))(x)
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-6, atol=1e-6)
+    check_lowering(graph, [x])
+
+
+def test_a_window_no_output_can_start_in_is_refused() -> None:
+    from ember.errors import ShapeError
+
+    b = Builder("g")
+    with pytest.raises(ShapeError, match="window extent 7 is larger than the padded input 4"):
+        b.avg_pool(b.input("x", DType.f32, (1, 1, 4, 4)), kernel=(7, 7), strides=(2, 2),
+                   ceil_mode=False)

@@ -73,13 +73,15 @@ def window_count(size: int, kernel: int, stride: int, pad_begin: int, pad_end: i
     """How many windows fit along one spatial axis (ONNX/PyTorch output size)."""
     extent = dilation * (kernel - 1) + 1
     span = size + pad_begin + pad_end - extent
-    if span < 0:
-        raise ShapeError(f"window extent {extent} is larger than the padded input"
-                         f" {size + pad_begin + pad_end} on spatial axis {axis}")
+    # With ceil_mode a window may hang over the end, even one longer than the padded input
+    # (PyTorch's rule, which ONNX follows: a 2-wide window over 1 element gives 1 output).
     count = (-(-span // stride) if ceil_mode else span // stride) + 1
-    # PyTorch's rule (ONNX follows): the last window must start in the input or left pad.
+    # ... as long as it starts in the input or the left pad.
     if ceil_mode and (count - 1) * stride >= size + pad_begin:
         count -= 1
+    if count < 1 or span < 0 and not ceil_mode:
+        raise ShapeError(f"window extent {extent} is larger than the padded input"
+                         f" {size + pad_begin + pad_end} on spatial axis {axis}")
     return count
 
 
