@@ -184,6 +184,16 @@ class Region:
                 yield from region.walk()
 
 
+def replace_uses(region: Region, replaced: dict[Value, Value]) -> None:
+    """Make every read of a key of `replaced` in `region` (nested regions and the
+    yielded outputs included) read its value instead."""
+    for op in region.ops:
+        op.operands = [replaced.get(v, v) for v in op.operands]
+        for inner in op.regions:
+            replace_uses(inner, replaced)
+    region.outputs = [replaced.get(v, v) for v in region.outputs]
+
+
 class Graph:
     """A function from input tensors to output tensors, with a table of named constants."""
 

@@ -470,16 +470,6 @@ class SizedExecutable(Executable):
         return address
 
     def __call__(self, *inputs: Any, out: Any = None) -> list[np.ndarray]:
-        if out is None:
-            fast = self._natives.get("list")
-            if fast is not None:
-                result = fast(*inputs)
-                if result is not NotImplemented:
-                    return result
-            elif self._plain_calls < NATIVE_AFTER_CALLS:
-                self._plain_calls += 1
-            else:
-                self.native("list")
         iface = self.interface
         _check_count(iface, inputs)
         arrays = [as_array(x, f"input {i} (%{b.name})") for i, (x, b) in

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ember.graph.fusion.policy import FusionPlan
-from ember.graph.ir import Graph, Op, Region, Value
+from ember.graph.ir import Graph, Op, Region, Value, replace_uses
 
 
 def _is_scalar_constant(value: Value) -> bool:
@@ -52,19 +52,11 @@ def outline(graph: Graph, region: Region, ops: Sequence[Op], plan: FusionPlan,
     fused = Op("fused", inputs, {"kind": plan.kind}, [v.type for v in outputs], [body],
                root.loc, [v.name for v in outputs])
     replace = dict(zip(outputs, fused.results))
-    _replace_uses(graph.body, replace)
+    replace_uses(graph.body, replace)
     region.ops = [fused if op is ops[-1] else op for op in region.ops if op not in members
                   or op is ops[-1]]
     region.ops = _topological(region.ops)
     return fused
-
-
-def _replace_uses(region: Region, replace: dict[Value, Value]) -> None:
-    for op in region.ops:
-        op.operands = [replace.get(v, v) for v in op.operands]
-        for inner in op.regions:
-            _replace_uses(inner, replace)
-    region.outputs = [replace.get(v, v) for v in region.outputs]
 
 
 def _topological(ops: list[Op]) -> list[Op]:

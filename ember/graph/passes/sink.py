@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections import ChainMap
 
-from ember.graph.ir import Graph, Op, Region, Value
+from ember.graph.ir import Graph, Op, Region, Value, replace_uses
 from ember.graph.passes import graph_pass
 
 MAX_CLONES = 32  # ops computed again in one branch
@@ -62,14 +62,6 @@ class _Branch:
         return clone.result
 
 
-def _rewrite_uses(region: Region, replaced: dict[Value, Value]) -> None:
-    for op in region.ops:
-        op.operands = [replaced.get(v, v) for v in op.operands]
-        for inner in op.regions:
-            _rewrite_uses(inner, replaced)
-    region.outputs = [replaced.get(v, v) for v in region.outputs]
-
-
 def _outside_reads(region: Region, own: set[Value]) -> list[Value]:
     """Values the region (nested regions included) reads that it does not define."""
     reads: dict[Value, None] = {}
@@ -97,7 +89,7 @@ def _sink(region: Region, producers: ChainMap) -> int:
                 replaced = {v: made.inside(v) for v in _outside_reads(branch, own)}
                 replaced = {v: new for v, new in replaced.items() if new is not v}
                 if replaced:
-                    _rewrite_uses(branch, replaced)
+                    replace_uses(branch, replaced)
                     branch.ops[:0] = made.ops
                     cloned += len(made.ops)
                 cloned += _sink(branch, producers.new_child())
