@@ -3,8 +3,8 @@ function that checks its arrays, runs the program and returns fresh outputs in o
 call (ember.codegen.pycall's `ember_fast_call`), or returns `NotImplemented` for the
 caller's general path.
 
-    call = native_call(executable, result="list")   # None where this Python cannot
-    outputs = call(x, y)                             # or NotImplemented
+    call = executable.native("list")   # (native_call with its entry, arena, ...); or None
+    outputs = call(x, y)               # or NotImplemented
 
 The generic entry is compiled once per process (a few ms), each program's descriptor in
 microseconds. It reads CPython's and NumPy's object layouts at fixed offsets, so it is used
@@ -36,9 +36,14 @@ class _MethodDef(ctypes.Structure):
 
 
 _METH_FASTCALL = 0x80
-_new_function = ctypes.pythonapi.PyCFunction_NewEx
-_new_function.restype = ctypes.py_object
-_new_function.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.c_void_p]
+
+
+def _new_function() -> Any:
+    """CPython's PyCFunction_NewEx(method, self, module), through ctypes."""
+    new = ctypes.pythonapi.PyCFunction_NewEx
+    new.restype = ctypes.py_object
+    new.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.c_void_p]
+    return new
 
 
 def layout_matches() -> bool:
@@ -46,7 +51,7 @@ def layout_matches() -> bool:
     if (sys.implementation.name != "cpython" or ctypes.sizeof(ctypes.c_void_p) != 8
             or sysconfig.get_config_var("Py_GIL_DISABLED")):
         return False
-    a = np.zeros((3, 5), np.float32)[:, 1:]  # a view: neither contiguous nor aligned to 0
+    a = np.zeros((3, 5), np.float32)[:, 1:]  # a view: not contiguous, aligned
 
     def read(offset: int, kind: Any = ctypes.c_int64) -> int:
         return kind.from_address(id(a) + offset).value
@@ -68,7 +73,9 @@ def _method(target: Target) -> tuple[_MethodDef, Any] | None:
         return None
     from ember.codegen.cpu import compile_module
 
-    jit = compile_module(pycall.fast_call_module(target.triple), target, 2)
+    # Scalar code of no particular CPU: it runs wherever the process does.
+    plain = target.with_(cpu="generic", features=(), disabled=())
+    jit = compile_module(pycall.fast_call_module(target.triple), plain, 2)
     method = _MethodDef(b"ember_fast_call", jit.address(pycall.FUNCTION_NAME),
                         _METH_FASTCALL, None)
     return method, jit
@@ -113,4 +120,4 @@ def native_call(entry: int, constants: int, arena: int, inputs: Sequence[tuple[A
     holder = (ctypes.addressof(descriptor), descriptor, input_table, output_table, dims,
               dtypes, output_args, acquire, release, acquire_args, no_args, jit,
               method, owner)
-    return _new_function(ctypes.addressof(method), holder, None)
+    return _new_function()(ctypes.addressof(method), holder, None)
