@@ -105,9 +105,11 @@ def test_match_finds_batch_and_vector_roles() -> None:
     assert g.col is None and g.n == 1 and g.m == 3
 
 
-def test_schedule_after(schedule) -> None:
-    # 7 x 13 x 5 with 3 x 4 tiles, blocks of 6 rows and 8 columns, K in two passes.
+def test_schedule_after(schedule, monkeypatch) -> None:
+    # 7 x 13 x 5 with 3 x 4 tiles, blocks of 6 rows and 8 columns, K in two passes (B
+    # packed, as one too large to read in place would be).
     schedule(mr=3, nr=4, kc=8, mc=6, nc=8, pack_a=True, parallel=2)
+    monkeypatch.setattr(gemm, "B_IN_PLACE_WHOLE_BYTES", 0)
     kernel = kernel_of(matmul_graph((7, 13), (13, 5)))
     text = print_kernel(kernel)
     assert print_kernel(parse_kernel(text)) == text
@@ -541,3 +543,15 @@ def test_columns_that_are_not_contiguous_along_k_keep_the_blocked_tile() -> None
                                             target=HOST).kernels[0])
     assert not gemm.dots_rows(g, gemm.default_gemm_schedule(g, HOST).nr)
     check_compiled((30, 64), (64, 3))
+
+
+@pytest.mark.parametrize("m, k, n, in_place", [(32, 128, 128, True), (12, 128, 96, True),
+                                               (40, 256, 1024, False), (200, 64, 64, False)])
+def test_a_small_row_major_b_is_read_in_place_by_few_tiles(m, k, n, in_place) -> None:
+    """A B of at most B_IN_PLACE_WHOLE_BYTES read by at most B_IN_PLACE_TILES row tiles
+    is read where it lies (no packed panel local); a larger B, or more tiles, packs it."""
+    graph = matmul_graph((m, k), (k, n))
+    kernel = kernel_of(graph)
+    packed = any(len(buf.shape) == 3 for buf in kernel.locals)
+    assert packed is not in_place
+    check_compiled((m, k), (k, n))

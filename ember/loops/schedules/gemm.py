@@ -122,6 +122,10 @@ MIN_PARALLEL_FMAS = 1 << 19
 MIN_PARALLEL_MATVEC_FMAS = 1 << 16
 B_IN_PLACE_BYTES = 1 << 14  # a panel of contiguous B rows read in place, not copied ...
 B_IN_PLACE_TILES = 8  # ... by at most this many row tiles
+# A row-major B this small is read in place by few row tiles: copying it cost 9-18% of
+# 12-32-row matmuls (32x128x128 on one thread: 17.0 -> 15.4 us; an RNN step at batch 32
+# with its 128x128 weights as inputs, 7%).
+B_IN_PLACE_WHOLE_BYTES = 1 << 16
 WORKSPACE_BYTES = 1 << 19  # partial sums of a task's rows when K takes several passes
 A_LANES = 16  # the width of A's packing copy
 
@@ -264,6 +268,18 @@ def _panel_width(b: Expr, k: str, col: str | None,
             isinstance(panel.b, Const) and lane == binary("mod", Var(col), panel.b):
         return int(panel.b.value)
     return None
+
+
+def b_rows_contiguous(g: Gemm) -> bool:
+    """Whether a row of a tile's panel of B is one contiguous run of the operand that the
+    tiles may read in place: a 1x1 conv's input (`Gemm.b_rows_contiguous`), or a
+    row-major B of at most B_IN_PLACE_WHOLE_BYTES, which stays in cache whole (a larger
+    one's rows, a page apart at N = 1024, share L1's sets: 40x256x1024 ran 1.09x slower
+    in place, interleaved runs on one thread)."""
+    return g.b_rows_contiguous or (
+        isinstance(g.b, Load) and g.col is not None and g.b_panel is None and
+        g.b_panels is None and g.depth * g.n * 4 <= B_IN_PLACE_WHOLE_BYTES and
+        access_kind(g.b.index, g.col) == "contiguous")
 
 
 def default_gemm_schedule(g: Gemm, target: Target) -> GemmSchedule:
@@ -572,7 +588,7 @@ class _Builder:
         # MobileNetV2's 1x1 convs down to 16-64 channels, one thread: 0.19 -> 0.13 ms
         # (96->24 at 56x56: 0.27 -> 0.20); with more tiles the copy paid (16->96 at
         # 112x112: 0.44 -> 0.48 in place; 96->576 at 14x14: 0.24 -> 0.26).
-        in_place = g.b_rows_contiguous and self.kc * self.nr * 4 <= B_IN_PLACE_BYTES \
+        in_place = b_rows_contiguous(g) and self.kc * self.nr * 4 <= B_IN_PLACE_BYTES \
             and tiles_hint <= B_IN_PLACE_TILES
         self.bp = ctx.local(F32, (self.ncp, self.kc, self.nr)) \
             if tiles_hint > 1 and not self.b_in_panels and not in_place else None
