@@ -159,9 +159,8 @@ class _FastCall:
     def emit(self) -> None:
         b = self.b
         self_obj, args, nargs = self.fn.args
-        self.desc = b.inttoptr(b.ptrtoint(self.call(
-            "PyLong_AsVoidPtr", self.call("PyTuple_GetItem", self_obj, ir.Constant(_I64, 0))),
-            _I64), _I8P)
+        self.desc = self.call("PyLong_AsVoidPtr",
+                              self.call("PyTuple_GetItem", self_obj, ir.Constant(_I64, 0)))
         decline = self.block("decline")  # NotImplemented: the caller's general path
         fail = self.block("fail")  # NULL: a Python error is set
         n_in, n_out = self.field("n_inputs"), self.field("n_outputs")
@@ -176,8 +175,9 @@ class _FastCall:
         b.store(ir.Constant(_I64, 0), made)
         self.counted_loop("allocate", n_out, lambda k: self.allocate_output(k, made, fail))
 
-        # The arena is the program's: take its lock without waiting (a busy arena, say a
-        # finalizer's call inside another's, goes the general way, which waits).
+        # The arena is the program's: take its lock without waiting (while another thread
+        # runs the program, this call goes the general way, which waits). The outputs are
+        # made first: a Python allocator must not run while the lock is held.
         failed_with_outputs = self.block("failed_with_outputs")
         taken = self.call("PyObject_Call", self.field("acquire", _OBJ),
                           self.field("acquire_args", _OBJ), ir.Constant(_OBJ, None))

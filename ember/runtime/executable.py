@@ -285,7 +285,7 @@ class Executable:
                     return result
             elif self._plain_calls < NATIVE_AFTER_CALLS:
                 self._plain_calls += 1
-            else:
+            elif "list" not in self._natives:  # (asked once: None where there is none)
                 self.native("list")
         iface = self.interface
         _check_count(iface, inputs)

@@ -19,9 +19,9 @@ The fingerprint hashes what decides the traced graph:
 - every parameter and buffer: name, dtype, shape and bytes.
 
 A module it cannot vouch for has no fingerprint and is traced every time: one with hooks,
-one whose attributes or reached globals hold an object that prints as an address (an
-object `<... at 0x..>` says nothing about its state), or user code that reaches a C
-function it cannot see into other than a library's.
+one whose attributes or reached values hold an object that prints as an address (an
+object `<... at 0x..>` says nothing about its state), a C method bound to an object, or
+a module that is not one of its submodules (its weights are not hashed).
 
     index entry: <cache>/modules/<fp[:2]>/<fp>.json = {"graph": cache key, "out_spec": ...}
 """
@@ -195,12 +195,14 @@ class _Code:
                 parts.append("<empty>")
         for name in sorted(_global_names(fn.__code__)):
             if name in fn.__globals__:
-                parts.append(f"{name}={self.value(fn.__globals__[name])}")
+                text = self.value(fn.__globals__[name])
+                parts.append(None if text is None else f"{name}={text}")
         return None if None in parts else "\n".join(parts)
 
     def code(self, code: types.CodeType) -> str:
         """What runs: the bytecode, the constants (nested code too) and the names."""
-        consts = [self.code(c) if isinstance(c, types.CodeType) else repr(c)
+        # (`value`, not repr: a frozenset constant's order changes with the hash seed)
+        consts = [self.code(c) if isinstance(c, types.CodeType) else self.value(c) or repr(c)
                   for c in code.co_consts]
         return (f"{code.co_code.hex()}|{consts}|{code.co_names}|{code.co_freevars}|"
                 f"{code.co_cellvars}|{code.co_argcount}|{code.co_kwonlyargcount}|"
@@ -240,8 +242,8 @@ class _Code:
             return None  # a C method bound to an object whose state is unknown
         import torch
 
-        if isinstance(value, torch.nn.Module):  # a submodule: hashed as one of its own
-            return f"module {type(value).__qualname__}"
+        if isinstance(value, torch.nn.Module):  # weights the fingerprint does not hash
+            return None
         text = repr(value)
         if " at 0x" in text:
             return None

@@ -62,20 +62,15 @@ class _Branch:
         return clone.result
 
 
-def _outside_reads(region: Region, own: set[Value]) -> list[Value]:
-    """Values the region (nested regions included) reads that it does not define."""
-    reads: dict[Value, None] = {}
-    for op in region.ops:
-        for v in op.operands:
-            if v not in own:
-                reads[v] = None
-        for inner in op.regions:
-            inner_own = own | set(inner.args) | {r for o in inner.walk() for r in o.results}
-            reads.update(dict.fromkeys(_outside_reads(inner, inner_own)))
-    for v in region.outputs:
-        if v not in own:
-            reads[v] = None
-    return list(reads)
+def _outside_reads(branch: Region) -> list[Value]:
+    """Values the branch (its nested regions included) reads that it does not define."""
+    own = set(branch.args)
+    for op in branch.walk():
+        own.update(op.results)
+        own.update(arg for inner in op.regions for arg in inner.args)
+    reads = [v for op in branch.walk()
+             for v in (*op.operands, *(v for inner in op.regions for v in inner.outputs))]
+    return list(dict.fromkeys(v for v in (*reads, *branch.outputs) if v not in own))
 
 
 def _sink(region: Region, producers: ChainMap) -> int:
@@ -84,9 +79,8 @@ def _sink(region: Region, producers: ChainMap) -> int:
     for op in region.ops:
         if op.name == "if":
             for branch in op.regions:
-                own = set(branch.args) | {r for o in branch.walk() for r in o.results}
                 made = _Branch(producers)
-                replaced = {v: made.inside(v) for v in _outside_reads(branch, own)}
+                replaced = {v: made.inside(v) for v in _outside_reads(branch)}
                 replaced = {v: new for v, new in replaced.items() if new is not v}
                 if replaced:
                     replace_uses(branch, replaced)
@@ -95,7 +89,7 @@ def _sink(region: Region, producers: ChainMap) -> int:
                 cloned += _sink(branch, producers.new_child())
         elif op.regions:  # a loop body (or another region): its own ops only
             for inner in op.regions:
-                cloned += _sink(inner, ChainMap({r: o for o in inner.ops for r in o.results}))
+                cloned += _sink(inner, ChainMap())
         for r in op.results:
             producers[r] = op
     return cloned

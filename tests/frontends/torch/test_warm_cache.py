@@ -212,3 +212,12 @@ def test_what_the_code_reaches_is_in_the_fingerprint() -> None:
         module_fingerprint(scaled(3), signature, CPU)
     assert module_fingerprint(scaled(2), signature, CPU) == \
         module_fingerprint(scaled(2), signature, CPU)
+
+
+def test_a_module_reached_outside_the_submodules_has_no_fingerprint() -> None:
+    """A forward that calls a module held in a global: its weights are not the module's
+    parameters, so nothing vouches for them and the module is traced every time."""
+    namespace = {"torch": torch, "ENCODER": torch.nn.Linear(8, 8)}
+    exec("class Net(torch.nn.Module):\n    def forward(self, x):\n"
+         "        return ENCODER(x)\n", namespace)
+    assert module_fingerprint(namespace["Net"](), ("spec",), CPU) is None
