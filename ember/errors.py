@@ -48,6 +48,10 @@ class CompileError(EmberError):
     stage and where a reproducer was written."""
 
 
+class DeviceError(EmberError):
+    """No GPU, no driver, or a failed driver call: what a device run needs and lacks."""
+
+
 class ScheduleError(EmberError):
     """A schedule primitive that is illegal on the kernel given, or a malformed schedule."""
 
