@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-full bench lint lint-imports clean cross-tools
+.PHONY: demo test test-full bench lint lint-imports clean cross-tools gpu-tools
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -15,8 +15,18 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m ember demo
 
-test: $(STAMP) cross-tools
+test: $(STAMP) cross-tools gpu-tools
 	$(BIN)/python -m pytest -q -n 2
+
+# The GPU backend's tests assemble its PTX with ptxas and link libdevice (no GPU needed):
+# the CUDA toolkit's where one is installed, else NVIDIA's wheels, installed when missing.
+gpu-tools: $(STAMP)
+	@$(BIN)/python -c "from ember.codegen import nvptx; exit(nvptx.ptxas_path() is None)" \
+	  || $(BIN)/python -m pip install -q 'nvidia-cuda-nvcc==13.0.*' \
+	  || echo "note: could not install ptxas; the tests that assemble PTX are skipped"
+	@$(BIN)/python -c "from ember.codegen import nvptx; exit(nvptx.libdevice_path() is None)" \
+	  || $(BIN)/python -m pip install -q 'nvidia-nvvm==13.0.*' \
+	  || echo "note: could not install libdevice; the tests that need it are skipped"
 
 # The AArch64 cross tests need a cross compiler and qemu-user, `ember explain --svg` needs
 # graphviz: installed when missing (as root, through apt-get), else those tests are skipped
@@ -32,7 +42,7 @@ cross-tools:
 	  else echo "note: $(DEBIAN_TOOLS) missing; tests that need them are skipped"; fi; \
 	fi
 
-test-full: $(STAMP) cross-tools
+test-full: $(STAMP) cross-tools gpu-tools
 	EMBER_SLOW_TESTS=1 $(BIN)/python -m pytest -q -n 2 -m ''
 
 # The peers of the scripted workloads (numba, jax): only `make bench` needs them.

@@ -2,6 +2,7 @@
 
     ember.export(model, (x,), "out/")     # libmodel.so, model.h, model.json, main.c
     ember.export("model.onnx", [x], "out/", target="aarch64-linux-gnu")
+    ember.export(model, (x,), "out/", target="sm_90")   # PTX, cubin, a JSON manifest
     run = ember.load("out/"); y = run(x)   # back in Python, for testing
 
 The model goes through the same stages as `ember.compile` (frontend, graph passes and
@@ -81,10 +82,16 @@ def export(model: Any, example_inputs: Any, out_dir: str | Path, *,
     if graph.aliases:  # (a C caller's separate output buffers would miss the input's data)
         raise UnsupportedOpError(f"graph @{graph.name} computes outputs in its inputs' memory"
                                  " (`in %input`): that is for code run in this process")
+    output_names = [v.name or f"output{i}" for i, v in enumerate(graph.outputs)]
+    if config.target.kind == "gpu":  # PTX, a cubin and a manifest (docs/gpu.md)
+        from ember.runtime.aot import write_gpu_bundle
+
+        program, plan = lower_to_program(graph, config)
+        return write_gpu_bundle(program, plan, out_dir, config.target, name, input_names,
+                                output_names)
     # Sizes known at call time stay symbolic: the library takes them at each run, up to the
     # bounds the graph gives them (ember/runtime/aot.py).
     program, plan = lower_to_program(graph, config, every_size=True)
-    output_names = [v.name or f"output{i}" for i, v in enumerate(graph.outputs)]
     return write_library(program, plan, out_dir, config.target, name, input_names,
                          output_names)
 

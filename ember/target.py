@@ -164,13 +164,15 @@ PRESETS: dict[str, Target] = {t.name: t for t in (
     # Any ARMv8-A core (the seed's Cortex-A class): NEON is always there.
     Target("aarch64-linux-gnu", _AARCH64, "generic", ("neon",), 128, 32, 1, 4,
            32 << 10, 512 << 10, 0, 4, l1d_ways=4, cc="aarch64-linux-gnu-gcc"),
-    # Room for the GPU targets of phase 10: no backend serves them yet.
+    # NVIDIA GPUs (ember/codegen/nvptx.py): PTX of that architecture.
     Target("sm_80", "nvptx64-nvidia-cuda", "sm_80", ("ptx70",), 32, 255, 1, 4,
            192 << 10, 40 << 20, 0, 108, kind="gpu"),
     Target("sm_90", "nvptx64-nvidia-cuda", "sm_90", ("ptx80",), 32, 255, 1, 4,
            256 << 10, 50 << 20, 0, 132, kind="gpu"),
 )}
-ALIASES = {"aarch64": "aarch64-linux-gnu", "arm64": "aarch64-linux-gnu"}
+# "cuda": sm_80's PTX, which the driver compiles for every NVIDIA GPU since Ampere (A100,
+# H100, H200); name sm_90 for code ptxas assembles for Hopper alone.
+ALIASES = {"aarch64": "aarch64-linux-gnu", "arm64": "aarch64-linux-gnu", "cuda": "sm_80"}
 
 
 def _data_caches() -> dict[int, tuple[int, int]]:

@@ -20,8 +20,10 @@ Semantics follow the graph IR's reference (NumPy) where NumPy defines them:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 from llvmlite import ir
@@ -67,8 +69,28 @@ def _const_like(x: ir.Value, v: int | float) -> ir.Constant:
 
 # -- external functions: intrinsics by full name, libm by C name ----------------------------------
 
+# How the target names the external functions that code calls (None: as the tables do). A
+# GPU has no C library: its code calls libdevice's functions instead (`ember.codegen.nvptx`).
+_EXTERNAL_NAMES: contextvars.ContextVar[Callable[[str], str] | None] = \
+    contextvars.ContextVar("external_names", default=None)
+
+
+@contextlib.contextmanager
+def external_names(rename: Callable[[str], str]) -> Iterator[None]:
+    """Within the block, code that calls the external function `name` calls `rename(name)`
+    (a C library function, or an intrinsic that the target lowers to one)."""
+    token = _EXTERNAL_NAMES.set(rename)
+    try:
+        yield
+    finally:
+        _EXTERNAL_NAMES.reset(token)
+
+
 def declare(b: ir.IRBuilder, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
-    """The module's declaration of `name`, added on first use."""
+    """The module's declaration of `name` (as the target names it), added on first use."""
+    rename = _EXTERNAL_NAMES.get()
+    if rename is not None:
+        name = rename(name)
     fnty = ir.FunctionType(ret, args)
     existing = b.module.globals.get(name)
     if existing is None:

@@ -131,6 +131,45 @@ class CpuBackend(Backend):
         write_atomically(folder / "asm.s", assembly_text(module, self.target))
 
 
+@dataclass(frozen=True)
+class GpuBackend(Backend):
+    """LLVM's NVPTX target: PTX for an NVIDIA GPU, run through the CUDA driver
+    (`ember/runtime/cuda.py`); it compiles without a GPU, and says at the first call when
+    none is present."""
+
+    target: Target
+
+    def graph_passes(self, config: Config) -> list[GraphPass]:
+        return []  # (the CPU's packed layouts are shaped for its vector registers)
+
+    def emit(self, program: Program, plan: MemoryPlan) -> Artifact:
+        from ember.codegen.nvptx import launch_table, program_ptx, steps_json
+        from ember.runtime.executable import Interface
+
+        ptx, launches = program_ptx(program, self.target)
+        gpu = {"arch": self.target.cpu, "launches": launch_table(launches),
+               "steps": steps_json(program.steps)}
+        return Artifact([ptx.encode()], Interface.of(program), plan, dict(program.constants),
+                        {"gpu": gpu})
+
+    def load(self, artifact: Artifact) -> Executable:
+        from ember.runtime.cuda import CudaExecutable
+
+        return CudaExecutable(artifact, self.target)
+
+    def measure(self, kernel_text: str, outputs: int) -> float:
+        raise CompileError("tuning for the GPU is not built yet: its schedules are the"
+                           " defaults (ember/loops/schedules/gpu.py)")
+
+    def dump(self, program: Program, plan: MemoryPlan, folder: Path) -> None:
+        from ember.codegen.nvptx import module_ptx, program_module
+        from ember.util.files import write_atomically
+
+        module, _ = program_module(program)
+        write_atomically(folder / "llvm.ll", str(module))
+        write_atomically(folder / "kernels.ptx", module_ptx(module, self.target))
+
+
 def _panel_width(target: Target, x_shape: tuple[int, ...], n: int) -> int:
     """The columns of the register tile that the matmul schedule gives x [..., M, K] times
     a matrix of `n` columns on `target` (a batch of x makes one batched matmul)."""
@@ -143,4 +182,6 @@ def backend_for(target: Target) -> Backend:
     """The backend that compiles for `target`."""
     if target.kind == "cpu":
         return CpuBackend(target)
+    if target.kind == "gpu":
+        return GpuBackend(target)
     raise CompileError(f"no backend compiles for {target.name} ({target.triple}) yet")

@@ -566,3 +566,22 @@ def transcendental(e: Expr) -> bool:
     """Whether `e` is a loop-IR unary op that is a graph op declared `transcendental` (the
     loop IR names them alike): worth storing once rather than computing twice."""
     return isinstance(e, Unary) and has_op(e.op) and "transcendental" in get_opdef(e.op).traits
+
+
+# -- launches: a GPU kernel's body, in the order it runs ------------------------------------
+
+def launches(kernel: Kernel) -> list[list[Stmt]]:
+    """The kernel's body as launches, in order: each `threads` loop alone, and each run of
+    other statements between them (one thread's work)."""
+    groups: list[list[Stmt]] = []
+    for s in kernel.body:
+        if is_threads(s) or not groups or is_threads(groups[-1][0]):
+            groups.append([s])
+        else:
+            groups[-1].append(s)
+    return groups
+
+
+def is_threads(s: Stmt) -> bool:
+    """Whether `s` is a launch of a thread per iteration (a `threads` loop)."""
+    return isinstance(s, For) and s.kind == "threads"

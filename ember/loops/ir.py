@@ -2,7 +2,7 @@
 
 A `Kernel` is a function over buffers (its parameters, plus local scratch buffers) whose
 body is a list of statements: `For` loops with a kind (serial, parallel, vectorized,
-unrolled), `Store`s of scalar expressions into buffers, and `If`s. Expressions are
+unrolled, threads), `Store`s of scalar expressions into buffers, and `If`s. Expressions are
 immutable and hashable: constants, index variables, loads, unary and binary operations,
 `select`, `fma` and casts. Index arithmetic is i64.
 
@@ -257,7 +257,11 @@ def const(value: int | float | bool, dtype: DType) -> Const:
 
 # -- statements ----------------------------------------------------------------------------
 
-LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
+LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled", "threads")
+# Loops whose iterations run at once, each with its own copy of the kernel's locals: a CPU
+# thread team's share (`parallel`), or one GPU thread per iteration (`threads`, a top-level
+# loop of a kernel scheduled for the GPU; elsewhere it runs as a serial loop).
+CONCURRENT_KINDS = ("parallel", "threads")
 
 
 class Stmt:

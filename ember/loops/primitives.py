@@ -297,6 +297,18 @@ def parallel(kernel: Kernel, loop: str) -> Kernel:
     return _set_kind(kernel, s, "parallel")
 
 
+def threads(kernel: Kernel, loop: str) -> Kernel:
+    """Mark a top-level loop whose iterations are independent `threads`: on the GPU, a
+    launch of one thread per iteration."""
+    s = find_loop(kernel, loop)
+    if not any(t is s for t in kernel.body):
+        raise ScheduleError(f"cannot run %{loop} on threads: it is not a top-level loop")
+    why = independent(s, kernel)
+    if why:
+        raise ScheduleError(f"cannot run %{loop} on threads: {why}")
+    return _set_kind(kernel, s, "threads")
+
+
 def vectorize_blocks(kernel: Kernel, loop: str, width: int) -> Kernel:
     """Strip-mine the innermost serial loop %i (constant bounds, step 1, n iterations, at
     least `width`) into blocks of `width` lanes: `for %i.v = 0 to n / width { for %i.l = 0
@@ -529,6 +541,7 @@ PRIMITIVES: dict[str, tuple[Callable[..., Kernel], tuple[str, ...]]] = {
     "vectorize_blocks": (vectorize_blocks, ("loop", "int")),
     "unroll": (unroll, ("loop",)),
     "parallel": (parallel, ("loop",)),
+    "threads": (threads, ("loop",)),
     "tile": (tile, ("loop", "loop", "int", "int")),
     "cache_read": (cache_read, ("buffer", "loop")),
     "compute_at": (compute_at, ("loop", "loop")),

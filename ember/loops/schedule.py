@@ -50,6 +50,7 @@ from ember.loops.schedules import attention as attention_schedules
 from ember.loops.schedules import conv as conv_schedules
 from ember.loops.schedules import depthwise as depthwise_schedules
 from ember.loops.schedules import gemm as gemm_schedules
+from ember.loops.schedules import gpu as gpu_schedules
 from ember.loops.schedules import packed_conv as packed_conv_schedules
 from ember.loops.schedules import pool as pool_schedules
 from ember.loops.schedules.params import Parameters
@@ -464,7 +465,8 @@ def schedule_kernel(kernel: Kernel, target: Target) -> Kernel:
 def schedule_program(program: Program, target: Target, tuning: Tuning | None = None
                      ) -> Program:
     """`program` with each kernel's indices simplified and its schedule applied: the one
-    that `tuning`'s schedules file gives for it, else the default for `target`. Each
+    that `tuning`'s schedules file gives for it, else the default for `target` (a GPU's:
+    `ember/loops/schedules/gpu.py`). Each
     kernel's schedule is noted in `tuning.chosen` under `kernel/<name>`, with the
     fingerprint of the loop nest it applies to (one given back for another nest is
     not applied)."""
@@ -472,8 +474,9 @@ def schedule_program(program: Program, target: Target, tuning: Tuning | None = N
     for kernel in program.kernels:
         simplified = simplify_kernel(kernel)
         key = f"kernel/{kernel.name}"
-        matmuls = _matmul_schedules(simplified, target, tuning)
-        nests = _nest_steps(simplified, target, tuning, matmuls)
+        gpu = target.kind == "gpu"  # (whose schedules are gpu_steps' alone, for now)
+        matmuls = [] if gpu else _matmul_schedules(simplified, target, tuning)
+        nests = [] if gpu else _nest_steps(simplified, target, tuning, matmuls)
         fingerprint = record = None
         if tuning is not None:
             # A kernel's steps are written for its nest and its matmuls' and other nests'
@@ -485,6 +488,8 @@ def schedule_program(program: Program, target: Target, tuning: Tuning | None = N
         schedule = _given_schedule(kernel.name, record, fingerprint) if record else None
         if schedule is not None:
             steps, result = schedule.steps, schedule.apply(simplified)
+        elif gpu:
+            result, steps = gpu_schedules.gpu_steps(simplified)
         else:
             derived = _default_scheduling(simplified, target, matmuls, nests)
             steps, result = derived.steps, derived.kernel

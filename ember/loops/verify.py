@@ -16,6 +16,7 @@ from ember.loops.ir import (
     BINARY_OPS,
     BUFFER_KINDS,
     COMPARISONS,
+    CONCURRENT_KINDS,
     INDEX,
     UNARY_OPS,
     Binary,
@@ -51,7 +52,18 @@ def verify_kernel(kernel: Kernel) -> Kernel:
     _KernelVerifier(kernel).block(kernel.body, {})
     _PrivateLocals(kernel).check()
     _check_vectorized(kernel)
+    _check_threads(kernel)
     return kernel
+
+
+def _check_threads(kernel: Kernel) -> None:
+    """A `threads` loop is a launch of GPU threads: a statement of the kernel's body, not
+    nested in another."""
+    top = {id(s) for s in kernel.body}
+    for s in walk_stmts(kernel.body):
+        if isinstance(s, For) and s.kind == "threads" and id(s) not in top:
+            raise VerificationError(f"kernel @{kernel.name}: threads loop %{s.var.name} is"
+                                    " nested (a launch of GPU threads is a top-level loop)")
 
 
 def _check_vectorized(kernel: Kernel) -> None:
@@ -275,20 +287,20 @@ Unset = dict[str, str]  # local -> why it holds no value here (for the message)
 
 
 class _PrivateLocals:
-    """Each thread running a parallel loop has its own copy of the kernel's locals, so no value
-    reaches a parallel loop's body, or leaves it, through a local. The rule: in a parallel
-    loop's body, an iteration writes a local before it reads it; after the loop, a local
-    that the body wrote holds nothing until it is written again. The check is per buffer (a
-    store to any element counts as writing the local) and flow-sensitive: a write under an
-    `if` counts after it only if both branches write, a write in a nested loop only if the
-    loop has constant bounds and runs at least once."""
+    """Each thread running a parallel (or threads) loop has its own copy of the kernel's locals, so
+    no value reaches a parallel loop's body, or leaves it, through a local. The rule: in a
+    parallel loop's body, an iteration writes a local before it reads it; after the loop, a
+    local that the body wrote holds nothing until it is written again. The check is per
+    buffer (a store to any element counts as writing the local) and flow-sensitive: a write
+    under an `if` counts after it only if both branches write, a write in a nested loop only
+    if the loop has constant bounds and runs at least once."""
 
     def __init__(self, kernel: Kernel):
         self.kernel = kernel
         self.locals = [b.name for b in kernel.locals]
 
     def check(self) -> None:
-        if self.locals and any(isinstance(s, For) and s.kind == "parallel"
+        if self.locals and any(isinstance(s, For) and s.kind in CONCURRENT_KINDS
                                for s in self.kernel.walk()):
             self.block(self.kernel.body, {})
 
@@ -317,10 +329,10 @@ class _PrivateLocals:
         return unset
 
     def loop(self, s: For, unset: Unset) -> Unset:
-        if s.kind == "parallel":
-            fresh = f"in parallel loop %{s.var.name} before the iteration writes it"
+        if s.kind in CONCURRENT_KINDS:
+            fresh = f"in {s.kind} loop %{s.var.name} before the iteration writes it"
             self.block(s.body, {name: fresh for name in self.locals})
-            gone = f"after parallel loop %{s.var.name} before it is written again"
+            gone = f"after {s.kind} loop %{s.var.name} before it is written again"
             written = {st.buffer for st in walk_stmts(s.body) if isinstance(st, Store)}
             return {**unset, **{name: gone for name in self.locals if name in written}}
         # A serial loop: the state at its head is the union over iterations. Writes only

@@ -23,6 +23,9 @@ with no Python, and `load` to call one from Python (for tests).
 - `<name>.json`: the same metadata for tools, plus the target and the files;
 - `main.c`: an example that reads each input from a raw file, runs, writes each output.
 
+For an NVIDIA GPU target, `write_gpu_bundle` writes PTX, a cubin and a JSON manifest instead
+(docs/gpu.md): the host side of a GPU program is the caller's, through the CUDA driver.
+
 The weights blob's layout (documented for tools that read it): each constant's bytes in
 C order and the dtype's storage format (little-endian; bf16 as its 16 bits), each starting
 at a multiple of 64 bytes, in the order and at the offsets `<name>.json` lists.
@@ -355,6 +358,48 @@ def write_library(program: Program, plan: MemoryPlan, out_dir: str | Path, targe
         if parallel:
             command.append("-lgomp")
         _run(command, work)
+    return out
+
+
+def write_gpu_bundle(program: Program, plan: MemoryPlan, out_dir: str | Path, target: Target,
+                     name: str = "model", input_names: list[str] | None = None,
+                     output_names: list[str] | None = None) -> Path:
+    """Write `program` for an NVIDIA GPU to `out_dir`: `<name>.ptx` (every launch's
+    function), `<name>.cubin` (ptxas's, for the target's architecture, where ptxas is
+    installed), `weights.bin` (the constants, laid out as a library's) and `<name>.json`,
+    the manifest a host program follows (docs/gpu.md): the buffers, the arena and each
+    temp's offset in it, the constants' offsets in the weights, each kernel's launches
+    (function, blocks, threads per block; every function takes its call's buffers, one
+    device pointer each) and the steps that call them."""
+    from ember.codegen.nvptx import assemble, launch_table, program_ptx, ptxas_path, steps_json
+
+    name = c_name(name)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ptx, launches = program_ptx(program, target)
+    inputs, outputs = program.of_kind("input"), program.of_kind("output")
+    constants = program.of_kind("constant")
+    blob, offsets = _weights(program, constants)
+    files = {"ptx": f"{name}.ptx", "weights": "weights.bin"}
+    if ptxas_path() is not None:
+        files["cubin"] = f"{name}.cubin"
+        (out / files["cubin"]).write_bytes(assemble(ptx, target.cpu).cubin)
+    meta = {"name": name, "program": program.name, "target": target.name, "arch": target.cpu,
+            "triple": target.triple,
+            "inputs": _meta(inputs, input_names or [b.name for b in inputs], {}),
+            "outputs": _meta(outputs, output_names or [b.name for b in outputs], {}),
+            "arena_bytes": plan.arena_size,
+            "temps": [{"buffer": b.name, "dtype": b.dtype.value, "shape": list(b.shape),
+                       "offset": plan.offsets[b.name]} for b in program.of_kind("temp")],
+            "weights": {"bytes": len(blob), "alignment": ALIGNMENT,
+                        "constants": [{"buffer": b.name, "dtype": b.dtype.value,
+                                       "shape": list(b.shape), "offset": o}
+                                      for b, o in zip(constants, offsets)]},
+            "launches": launch_table(launches), "steps": steps_json(program.steps),
+            "files": files}
+    (out / files["ptx"]).write_text(ptx)
+    (out / files["weights"]).write_bytes(blob)
+    (out / f"{name}.json").write_text(json.dumps(meta, indent=1) + "\n")
     return out
 
 
