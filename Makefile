@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-full bench lint lint-imports clean cross-tools gpu-tools
+.PHONY: demo test test-full bench lint lint-imports clean cross-tools gpu-tools fuzz fuzz-parsers fuzz-models
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -45,6 +45,28 @@ cross-tools:
 test-full: $(STAMP) cross-tools gpu-tools
 	EMBER_SLOW_TESTS=1 $(BIN)/python -m pytest -q -n 2 -m ''
 
+# Differential fuzzing of the pipeline on random graphs (tests/fuzz/test_random_pipeline.py):
+# one worker per core for FUZZ_SECONDS each; a mismatch stops it with the shrunk graph.
+FUZZ_SECONDS ?= 600
+fuzz: $(STAMP)
+	EMBER_FUZZ_SECONDS=$(FUZZ_SECONDS) EMBER_FUZZ_JOBS=2 $(BIN)/python -m pytest -q -n 2 -rP \
+	  -p no:cacheprovider tests/fuzz -k "fuzz_for_a_while and not models"
+
+# Random ONNX models through Ember and ONNX Runtime (tests/fuzz/test_onnx_models.py); a
+# disagreement's shrunk model goes to fuzz/mismatch/.
+fuzz-models: $(STAMP)
+	EMBER_FUZZ_SECONDS=$(FUZZ_SECONDS) EMBER_FUZZ_JOBS=2 EMBER_FUZZ_OUT=fuzz/mismatch \
+	  $(BIN)/python -m pytest -q -n 2 -rP -p no:cacheprovider tests/fuzz -k fuzz_models_for
+
+# The coverage-guided fuzzers (fuzz/harness.py), each for FUZZ_SECONDS; new inputs that
+# reach new code go to fuzz/corpus/<target>/, a crash to fuzz/crash-*.
+FUZZ_TARGETS := graph_text loop_text onnx_model
+fuzz-parsers: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[fuzz]'
+	for target in $(FUZZ_TARGETS); do \
+	  $(BIN)/python fuzz/run.py $$target -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=4096 \
+	    -artifact_prefix=fuzz/ || exit 1; done
+
 # The peers of the scripted workloads (numba, jax): only `make bench` needs them.
 PEERS := $(VENV)/.peers
 $(PEERS): $(STAMP)
@@ -61,7 +83,7 @@ bench: $(STAMP) $(PEERS)
 	$(BIN)/python bench/bench_script.py --threads 1
 
 lint: $(STAMP) lint-imports
-	$(BIN)/ruff check ember tests bench
+	$(BIN)/ruff check ember tests bench fuzz
 
 # The layering contracts of pyproject.toml ([tool.importlinter]; docs/architecture.md).
 lint-imports: $(STAMP)

@@ -48,6 +48,15 @@ class CompileError(EmberError):
     stage and where a reproducer was written."""
 
 
+class InternalError(EmberError):
+    """A failure inside Ember on input it should have refused or handled (a bug), reported
+    with where it happened; the original exception is its cause."""
+
+
+class ResourceError(EmberError):
+    """Work that would need more memory than the machine has, refused before allocating."""
+
+
 class DeviceError(EmberError):
     """No GPU, no driver, or a failed driver call: what a device run needs and lacks."""
 

@@ -119,7 +119,7 @@ def lower_to_program(graph: Graph, config: Config, timings: dict | None = None,
     from ember.loops.schedule import schedule_program
     from ember.loops.text import print_program
     from ember.loops.verify import verify_program
-    from ember.runtime.memory_plan import plan_memory
+    from ember.runtime.memory_plan import check_fits, plan_memory
 
     if is_symbolic(graph) and not every_size:
         sizes = ", ".join(f"?{name}" for name in sorted(graph_symbols(graph)))
@@ -147,6 +147,10 @@ def lower_to_program(graph: Graph, config: Config, timings: dict | None = None,
             schedules.update(tuning.chosen)
         plan = stages.run("memory plan", lambda: plan_memory(_coalesced(program)),
                           _dump_text("memory-plan.txt", lambda plan: plan.report() + "\n"))
+    # (Sizes known at call time are checked at each binding; a GPU's memory is its own.)
+    if target.kind == "cpu" and not program.sizes:
+        check_fits(plan.arena_size + sum(b.nbytes for b in program.of_kind("output")),
+                   f"graph @{graph.name}'s scratch arena and outputs")
     return program, plan
 
 

@@ -35,7 +35,7 @@ from ember.graph.bind import bind_shapes
 from ember.graph.symbolic import bind, parse_dim
 from ember.loops.ir import Buffer, Program
 from ember.runtime.fastcall import native_call
-from ember.runtime.memory_plan import ALIGNMENT, MemoryPlan, plan_memory
+from ember.runtime.memory_plan import ALIGNMENT, MemoryPlan, check_fits, plan_memory
 from ember.runtime.pool import OUTPUTS
 from ember.target import Target
 
@@ -177,6 +177,7 @@ def data_address(a: np.ndarray) -> int:
 
 def _aligned_empty(nbytes: int) -> tuple[np.ndarray, np.ndarray]:
     """A zeroed byte array of `nbytes` whose data is ALIGNMENT-aligned, and its owner."""
+    check_fits(nbytes, "the scratch arena")
     owner = np.zeros(nbytes + ALIGNMENT, np.uint8)
     start = -owner.ctypes.data % ALIGNMENT
     return owner[start:start + nbytes], owner
@@ -205,6 +206,9 @@ def _given_outputs(name: str, buffers: Sequence[Buffer], out: Any
             raise ShapeError(f"{what}: expected {_describe(b)}, got {_type_of(a)}")
         if not (a.flags.c_contiguous and a.flags.aligned and a.flags.writeable):
             raise ShapeError(f"{what}: must be a writeable, C-contiguous array")
+        for j, other in enumerate(arrays):  # (each would overwrite the other's results)
+            if a.nbytes and other.nbytes and np.may_share_memory(a, other):
+                raise ShapeError(f"{what} shares memory with out= buffer {j}")
         arrays.append(a)
     return list(out), arrays
 
@@ -299,8 +303,10 @@ class Executable:
                 all(type(o) is np.ndarray and o.dtype == dtype and o.shape == shape and
                     o.flags.c_contiguous and o.flags.aligned and o.flags.writeable
                     and not any(np.may_share_memory(x, o) for x in inputs)
-                    for o, (shape, dtype) in zip(out, self._output_specs)):
-            # The common call with out= buffers that share no memory with the inputs.
+                    for o, (shape, dtype) in zip(out, self._output_specs)) and \
+                not any(np.may_share_memory(a, b) for i, a in enumerate(out) for b in out[:i]):
+            # The common call with out= buffers that share no memory with the inputs or
+            # each other.
             self.run_into([data_address(x) for x in inputs], [data_address(o) for o in out])
             return list(out)
         arrays = [_check(as_array(x, f"input {i} (%{b.name})"), b, f"input {i} (%{b.name})")
@@ -440,6 +446,9 @@ class SizedExecutable(Executable):
         env = bind_shapes(f"compiled @{iface.name}", self._names, self._declared, key,
                           self._bounds)
         plan = self.plan.bind(env)
+        outputs = [Buffer(b.name, b.dtype, bind(b.shape, env)) for b in iface.outputs]
+        check_fits(plan.arena_size + sum(int(b.nbytes) for b in outputs),
+                   f"@{iface.name} at sizes {env}")
         found = _Binding(
             tuple(Buffer(b.name, b.dtype, bind(b.shape, env)) for b in iface.inputs),
             tuple(Buffer(b.name, b.dtype, bind(b.shape, env)) for b in iface.outputs),

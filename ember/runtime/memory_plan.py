@@ -22,10 +22,12 @@ binding.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ember.errors import ResourceError
 from ember.graph.symbolic import Dim, DimLike, dim_max, evaluate, parse_dim
 from ember.loops.analysis import affine_map
 from ember.loops.ir import (
@@ -51,6 +53,23 @@ ALIGNMENT = 64
 
 def align(n: int, alignment: int = ALIGNMENT) -> int:
     return -(-n // alignment) * alignment
+
+
+def machine_memory() -> int | None:
+    """This machine's physical memory in bytes (None where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_fits(nbytes: int, what: str) -> None:
+    """Raise ResourceError when `nbytes` exceed this machine's memory: refused before any
+    allocation (the system would grant it lazily and kill the process when it is used)."""
+    total = machine_memory()
+    if total is not None and nbytes > total:
+        raise ResourceError(f"{what} needs {nbytes / 2**30:.1f} GiB, more than this"
+                            f" machine's {total / 2**30:.1f} GiB of memory")
 
 
 @dataclass

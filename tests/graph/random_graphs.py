@@ -1,7 +1,9 @@
 """A hypothesis strategy for random well-typed graphs, shared by the property tests.
 
 Graphs mix op families (elementwise, comparison/where, cast, reduction, shape, matmul,
-constants) and structured control flow (`if`, `loop`), on small f32 tensors.
+constants) and structured control flow (`if`, `loop`), on small f32 tensors;
+`random_graphs(wide=True)` adds what the differential fuzzer needs
+(tests/fuzz/test_random_pipeline.py).
 `random_graphs(symbolic=True)`: the inputs' leading dims are one symbolic size, `?n`
 (ember/graph/symbolic.py), and the inputs are drawn at one value of it.
 """
@@ -24,9 +26,10 @@ def _broadcastable(a: Value, b: Value) -> bool:
 
 
 class _GraphMaker:
-    def __init__(self, draw, symbolic: bool = False):
+    def __init__(self, draw, symbolic: bool = False, wide: bool = False):
         self.draw = draw
         self.symbolic = symbolic
+        self.wide = wide
         self.b = Builder("random")
         self.pool: list[Value] = []
         self.families = {"unary": self.unary, "binary": self.binary, "where": self.where,
@@ -34,6 +37,9 @@ class _GraphMaker:
                          "reshape": self.reshape, "slice": self.slice, "concat": self.concat,
                          "matmul": self.matmul, "constant": self.constant, "if": self.if_,
                          "loop": self.loop}
+        if wide:
+            self.families |= {"conv": self.conv, "pool": self.pool_2d, "rows": self.rows,
+                              "long_reduce": self.long_reduce, "shared": self.shared}
 
     def pick(self, rank_at_least: int = 0, nonempty: bool = False) -> Value | None:
         choices = [v for v in self.pool if v.type.rank >= rank_at_least
@@ -41,7 +47,63 @@ class _GraphMaker:
         return self.draw(st.sampled_from(choices)) if choices else None
 
     def shape(self, max_rank: int = 3) -> tuple[int, ...]:
-        return tuple(self.draw(st.lists(st.integers(1, 4), max_size=max_rank)))
+        # Wide graphs have empty dims too, and odd sizes past a vector's lanes.
+        sizes = st.sampled_from([0, 1, 2, 3, 5, 9, 17]) if self.wide else st.integers(1, 4)
+        return tuple(self.draw(st.lists(sizes, max_size=max_rank)))
+
+    # -- the wide families: windows, rows, long and strided reductions, shared values -------
+    def conv(self, b: Builder):
+        """A 2-D convolution of odd sizes (strides, padding, dilation, groups), on an input
+        of its own."""
+        groups = self.draw(st.sampled_from([1, 1, 2, 3]))
+        channels = groups * self.draw(st.integers(1, 3))
+        height, width = (self.draw(st.integers(1, 9)) for _ in range(2))
+        kernel = (self.draw(st.integers(1, min(3, height))),
+                  self.draw(st.integers(1, min(3, width))))
+        x = self.fresh_input((self.draw(st.integers(1, 2)), channels, height, width))
+        out = groups * self.draw(st.integers(1, 3))
+        w = b.constant(self.array((out, channels // groups, *kernel)))
+        pad = self.draw(st.integers(0, 1))
+        return b.conv(x, w, strides=(self.draw(st.integers(1, 2)),) * 2, pads=(pad,) * 4,
+                      groups=groups)
+
+    def pool_2d(self, b: Builder):
+        x = self.pick(rank_at_least=4, nonempty=True)
+        if x is None or len(x.shape) != 4 or min(x.shape[2:]) < 2:
+            return None
+        op = self.draw(st.sampled_from(["max_pool", "avg_pool"]))
+        return getattr(b, op)(x, kernel=(2, 2), strides=(self.draw(st.integers(1, 2)),) * 2,
+                              ceil_mode=self.draw(st.booleans()))
+
+    def rows(self, b: Builder):
+        """Softmax or layer norm along the last axis (reductions inside a fused row)."""
+        x = self.pick(rank_at_least=1, nonempty=True)
+        if x is None:
+            return None
+        return (b.softmax if self.draw(st.booleans()) else b.layer_norm)(x, axis=-1)
+
+    def long_reduce(self, b: Builder):
+        """A sum or max over thousands of elements, along a contiguous or a strided axis."""
+        rows, length = self.draw(st.integers(1, 3)), self.draw(st.integers(1000, 5000))
+        x = self.fresh_input((length, rows) if self.draw(st.booleans()) else (rows, length))
+        axis = 0 if x.shape[0] == length else 1
+        op = self.draw(st.sampled_from(["reduce_sum", "reduce_max", "reduce_mean"]))
+        return getattr(b, op)(x, axes=(axis,), keepdims=False)
+
+    def shared(self, b: Builder):
+        """A value read by two consumers, one of them a reduction (what fusion must not
+        compute twice or out of order)."""
+        x = self.pick(nonempty=True)
+        if x is None:
+            return None
+        y = b.exp(b.neg(b.abs(x)))
+        return b.add(y, b.reduce_max(y, axes=tuple(range(x.type.rank)), keepdims=True))
+
+    def fresh_input(self, shape: tuple[int, ...]) -> Value:
+        """A new f32 input of `shape` (kept with its array)."""
+        value = self.b.input(f"in{len(self.inputs)}", DType.f32, shape)
+        self.inputs.append(self.array(shape))
+        return value
 
     # -- families; each may decline by returning None ---------------------------------------
     def unary(self, b: Builder):
@@ -146,7 +208,7 @@ class _GraphMaker:
 
     def make(self) -> tuple[Graph, list[np.ndarray]]:
         b = self.b
-        inputs = []
+        inputs = self.inputs = []
         n = self.draw(st.integers(1, 4))
         for i in range(self.draw(st.integers(1, 3))):
             shape = self.shape()
@@ -167,5 +229,8 @@ class _GraphMaker:
 
 
 @st.composite
-def random_graphs(draw, symbolic: bool = False) -> tuple[Graph, list[np.ndarray]]:
-    return _GraphMaker(draw, symbolic).make()
+def random_graphs(draw, symbolic: bool = False, wide: bool = False
+                  ) -> tuple[Graph, list[np.ndarray]]:
+    """A random graph and inputs for it; `wide` adds empty and odd dims, convolutions,
+    pooling, rows (softmax, layer norm), long and strided reductions and shared values."""
+    return _GraphMaker(draw, symbolic, wide).make()

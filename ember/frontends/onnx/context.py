@@ -12,6 +12,7 @@ folding constant subexpressions, or raises a clear error.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -55,6 +56,18 @@ def converter(*op_types: str, domain: str = "", since: int = 1) -> Callable[[Con
         return fn
 
     return register
+
+
+@functools.cache
+def _declared_kind(op_type: str, domain: str, opset: int, name: str) -> int | None:
+    """The attribute kind (AttributeProto.AttributeType) that ONNX's schema of `op_type` at
+    `opset` declares for attribute `name`, or None where no schema says."""
+    try:
+        schema = onnx.defs.get_schema(op_type, opset, domain)
+    except onnx.defs.SchemaError:
+        return None
+    declared = schema.attributes.get(name)
+    return None if declared is None else int(declared.type.value)  # (AttributeType's numbers)
 
 
 def find_converter(op_type: str, domain: str, opset: int) -> Converter | None:
@@ -173,6 +186,10 @@ class ConvertContext:
             raise self.unsupported(f"attribute '{name}' refers to a function attribute")
         kind = proto.type
         A = onnx.AttributeProto
+        expected = _declared_kind(self.node.op_type, self.node.domain, self.opset, name)
+        if expected is not None and kind != expected:
+            raise self.error(f"attribute '{name}' is {A.AttributeType.Name(kind)}; the"
+                             f" operator declares it {A.AttributeType.Name(expected)}")
         if kind == A.INT:
             return int(proto.i)
         if kind == A.FLOAT:

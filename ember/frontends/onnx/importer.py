@@ -24,7 +24,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx.backend.test.case.node import function_expand_helper
 
-from ember.errors import EmberError, ShapeError, UnsupportedOpError
+from ember.errors import EmberError, InternalError, ShapeError, UnsupportedOpError
 from ember.frontends.onnx.context import (
     ConvertContext,
     evaluate_constant,
@@ -42,7 +42,7 @@ Scope = ChainMap  # ONNX name -> Value, with the enclosing graphs' names behind
 def load_model(model_or_path: Any) -> onnx.ModelProto:
     """A ModelProto from a ModelProto, a path, or serialized bytes; EmberError otherwise."""
     if isinstance(model_or_path, onnx.ModelProto):
-        return model_or_path
+        return _check_text(model_or_path, "<model>")
     if isinstance(model_or_path, (bytes, bytearray)):
         model = onnx.ModelProto()
         try:
@@ -65,7 +65,33 @@ def load_model(model_or_path: Any) -> onnx.ModelProto:
 def _check_model(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
     if not model.HasField("graph") or not (model.graph.node or model.graph.output):
         raise EmberError(f"'{source}' is not a valid ONNX model: it has no graph")
+    return _check_text(model, source)
+
+
+def _check_text(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
+    bad = _undecodable_text(model)
+    if bad:
+        raise EmberError(f"'{source}' is not a valid ONNX model: its {bad} is not UTF-8 text")
     return model
+
+
+def _undecodable_text(message, path: str = "model") -> str | None:
+    """The path of a string field that holds bytes that are not UTF-8 (protobuf's upb
+    parser hands those back as `bytes`), or None."""
+    for field, value in message.ListFields():
+        where = f"{path}.{field.name}"
+        if field.type == field.TYPE_STRING:
+            texts = value if field.is_repeated else [value]
+            if any(isinstance(t, bytes) for t in texts):
+                return where
+        elif field.type == field.TYPE_MESSAGE:
+            if field.message_type.GetOptions().map_entry:
+                continue  # (no ONNX message has a map of strings)
+            for item in value if field.is_repeated else [value]:
+                bad = _undecodable_text(item, where)
+                if bad:
+                    return bad
+    return None
 
 
 def import_model(model_or_path: Any, input_shapes: Mapping[str, Sequence[int]] | None = None,
@@ -191,6 +217,12 @@ class Importer:
         except EmberError as e:
             where = self.describe_node(node, opset)
             raise e if where in str(e) else located(e, where) from None
+        except (ArithmeticError, LookupError, TypeError, ValueError, AttributeError) as e:
+            # A node the converter did not expect (a malformed model, or a bug): an error
+            # naming the node, not a Python traceback from inside the converter.
+            raise InternalError(f"{self.describe_node(node, opset)}: the converter failed on"
+                                f" this node ({type(e).__name__}: {e}); the node may be"
+                                " malformed") from e
         results = [results] if isinstance(results, Value) else list(results)
         for index, name in enumerate(node.output):
             if not name:

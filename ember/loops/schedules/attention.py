@@ -63,11 +63,10 @@ from ember.loops.ir import (
     expr_dim,
     substitute,
 )
-from ember.loops.schedules.lanes import lane_chunks, vector_loop
+from ember.loops.schedules.lanes import lane_chunks, serial_unless_vectorizable, vector_loop
 from ember.loops.schedules.names import FreshNames
 from ember.loops.schedules.params import Parameters
 from ember.loops.schedules.window_nest import replace_nest, step_nest
-from ember.loops.simplify import simplify_kernel
 from ember.loops.verify import verify_kernel
 from ember.target import Target
 
@@ -500,4 +499,5 @@ def attention(kernel: Kernel, loop: str, key_block: int, row_group: int, tile: i
                      key_block=key_block, row_group=row_group, tile=tile)
     scheduled = replace_nest(kernel, loop, nest.locals, lambda names: schedule_attention(
         names, nest.attention, key_block, row_group, tile))
-    return verify_kernel(simplify_kernel(scheduled))
+    # (A fused epilogue without vector code, sin say, runs its lanes' loop serially.)
+    return verify_kernel(serial_unless_vectorizable(scheduled, simplified=True))

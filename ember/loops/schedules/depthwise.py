@@ -55,7 +55,12 @@ from ember.loops.ir import (
     as_expr,
     binary,
 )
-from ember.loops.schedules.lanes import lane_chunks, largest_divisor, vector_loop
+from ember.loops.schedules.lanes import (
+    lane_chunks,
+    largest_divisor,
+    serial_unless_vectorizable,
+    vector_loop,
+)
 from ember.loops.schedules.names import FreshNames
 from ember.loops.schedules.params import Parameters
 from ember.loops.schedules.window_nest import (
@@ -67,7 +72,6 @@ from ember.loops.schedules.window_nest import (
     step_nest,
     window_nests,
 )
-from ember.loops.simplify import simplify_kernel
 from ember.loops.verify import verify_kernel
 from ember.target import Target
 
@@ -113,7 +117,8 @@ def depthwise_conv(kernel: Kernel, loop: str, lanes: int, chains: int) -> Kernel
                             f" plane is larger than {MAX_DEPTHWISE_PLANE} floats")
     scheduled = replace_nest(kernel, loop, nest.acc,
                              lambda names: _depthwise_rows(names, nest, lanes, chains))
-    return verify_kernel(simplify_kernel(scheduled))
+    # (A fused epilogue without vector code, sin say, runs its lanes' loop serially.)
+    return verify_kernel(serial_unless_vectorizable(scheduled, simplified=True))
 
 
 def _plane(nest: WindowNest, lanes: int) -> tuple[int, int, int]:

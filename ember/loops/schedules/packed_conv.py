@@ -49,7 +49,7 @@ from ember.loops.ir import (
     binary,
 )
 from ember.loops.schedules.gemm import MIN_PARALLEL_FMAS, hint
-from ember.loops.schedules.lanes import vector_loop
+from ember.loops.schedules.lanes import serial_unless_vectorizable, vector_loop
 from ember.loops.schedules.names import FreshNames
 from ember.loops.schedules.params import Parameters
 from ember.loops.schedules.window_nest import (
@@ -61,7 +61,6 @@ from ember.loops.schedules.window_nest import (
     step_nest,
     window_nests,
 )
-from ember.loops.simplify import simplify_kernel
 from ember.loops.verify import verify_kernel
 from ember.target import Target
 
@@ -143,7 +142,8 @@ def packed_conv(kernel: Kernel, loop: str) -> Kernel:
     lanes = panel_width(nest, shapes)
     scheduled = replace_nest(kernel, loop, nest.acc, lambda names: _packed_tiles(
         names, nest, nest.extents[1] // lanes, lanes))
-    return verify_kernel(simplify_kernel(scheduled))
+    # (A fused epilogue without vector code, sin say, runs its lanes' loop serially.)
+    return verify_kernel(serial_unless_vectorizable(scheduled, simplified=True))
 
 
 def _packed_tiles(names: FreshNames, nest: WindowNest, panels: int, lanes: int

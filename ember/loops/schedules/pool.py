@@ -52,7 +52,7 @@ from ember.loops.ir import (
     Var,
     as_expr,
 )
-from ember.loops.schedules.lanes import largest_divisor, vector_loop
+from ember.loops.schedules.lanes import largest_divisor, serial_unless_vectorizable, vector_loop
 from ember.loops.schedules.names import FreshNames
 from ember.loops.schedules.params import Parameters
 from ember.loops.schedules.window_nest import (
@@ -62,7 +62,6 @@ from ember.loops.schedules.window_nest import (
     step_nest,
     window_nests,
 )
-from ember.loops.simplify import simplify_kernel
 from ember.loops.verify import verify_kernel
 from ember.loops.windows import all_of, window_checks, window_position
 from ember.target import Target
@@ -95,7 +94,8 @@ def pool(kernel: Kernel, loop: str, lanes: int, chains: int) -> Kernel:
                      lanes=lanes, chains=chains)
     scheduled = replace_nest(kernel, loop, nest.acc,
                              lambda names: _pool_rows(names, nest, lanes, chains))
-    return verify_kernel(simplify_kernel(scheduled))
+    # (A fused epilogue without vector code, sin say, runs its lanes' loop serially.)
+    return verify_kernel(serial_unless_vectorizable(scheduled, simplified=True))
 
 
 def _pool_rows(names: FreshNames, nest: WindowNest, lanes: int, chains: int) -> list[Stmt]:

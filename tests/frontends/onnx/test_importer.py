@@ -216,3 +216,42 @@ def test_ember_compile_accepts_onnx_models_and_graphs(tmp_path) -> None:
     np.testing.assert_array_equal(ember.compile(graph)(x)[0], y)
     with pytest.raises(EmberError, match="cannot compile a dict"):
         ember.compile({})
+
+
+def test_a_string_field_that_is_not_utf8_is_refused_with_its_path() -> None:
+    """Found by the importer's fuzzer (fuzz/corpus/onnx_model/crash-invalid-utf8-graph-name):
+    protobuf hands back a string field holding bytes that are not UTF-8 as `bytes`, and
+    the importer failed on it with a TypeError."""
+    graph = onnx.helper.make_graph([onnx.helper.make_node("Relu", ["x"], ["y"])], "g",
+                                   [onnx.helper.make_tensor_value_info("x", 1, [2])],
+                                   [onnx.helper.make_tensor_value_info("y", 1, [2])])
+    data = onnx.helper.make_model(graph).SerializeToString().replace(b"\x12\x01g",
+                                                                     b"\x12\x01\xfc")
+    with pytest.raises(EmberError, match=r"model\.graph\.name is not UTF-8"):
+        import_model(data)
+
+
+def test_an_attribute_of_another_kind_than_the_schema_declares_is_refused() -> None:
+    """Found by the importer's fuzzer (fuzz/corpus/onnx_model/crash-attribute-of-another-
+    kind): a Flatten whose `axis` held a list failed with a TypeError in its converter."""
+    node = onnx.helper.make_node("Flatten", ["x"], ["y"])
+    node.attribute.append(onnx.helper.make_attribute("axis", [1, 2]))
+    graph = onnx.helper.make_graph([node], "g",
+                                   [onnx.helper.make_tensor_value_info("x", 1, [2, 3])],
+                                   [onnx.helper.make_tensor_value_info("y", 1, [2, 3])])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)])
+    with pytest.raises(EmberError, match="attribute 'axis' is INTS; the operator declares"
+                                         " it INT"):
+        import_model(model)
+
+
+def test_a_recurrent_node_without_its_weights_is_refused() -> None:
+    """Found by the importer's fuzzer (fuzz/corpus/onnx_model/crash-rnn-without-weights):
+    an RNN whose W input was missing failed with an AttributeError in its converter."""
+    node = onnx.helper.make_node("RNN", ["x", "", "r"], ["y"], hidden_size=2)
+    graph = onnx.helper.make_graph(
+        [node], "g", [onnx.helper.make_tensor_value_info("x", 1, [3, 1, 2]),
+                      onnx.helper.make_tensor_value_info("r", 1, [1, 2, 2])],
+        [onnx.helper.make_tensor_value_info("y", 1, None)])
+    with pytest.raises(EmberError, match="input 1 is required"):
+        import_model(onnx.helper.make_model(graph))

@@ -112,7 +112,7 @@ def attention(ctx: ConvertContext):
         k, v = b.concat(past_k, k, axis=2), b.concat(past_v, v, axis=2)
     groups = _check_heads(ctx, q, k, v)
     length, total = q.shape[2], k.shape[2]
-    scale = ctx.attr("scale", 1 / math.sqrt(q.shape[3]))
+    scale = ctx.attr("scale") if ctx.has_attr("scale") else 1 / math.sqrt(max(q.shape[3], 1))
     softcap = ctx.attr("softcap", 0.0)
     mode = ctx.attr("qk_matmul_output_mode", 0)
     window = (ctx.attr("left_window_size", -1), ctx.attr("right_window_size", -1))
@@ -252,7 +252,7 @@ def flex_attention(ctx: ConvertContext):
     b = ctx.b
     q, k, v = ctx.require(0), ctx.require(1), ctx.require(2)
     groups = _check_heads(ctx, q, k, v)
-    scale = ctx.attr("scale", 1 / math.sqrt(q.shape[3]))
+    scale = ctx.attr("scale") if ctx.has_attr("scale") else 1 / math.sqrt(max(q.shape[3], 1))
     precision = _precision(ctx, DType.f32 if q.dtype in HALF else q.dtype)
     scores = b.cast(_scores(b, q, k, groups, math.sqrt(np.float32(scale))), to=precision)
     scores = _modify(ctx, "score_mod", scores)

@@ -17,6 +17,7 @@ from ember.frontends.onnx.context import ConvertContext, converter
 from ember.frontends.onnx.ops.control import stack
 from ember.graph.builder import Builder
 from ember.graph.ir import Value
+from ember.graph.symbolic import SymbolicShapeError, symbols_in
 
 Act = Callable[[Builder, Value], Value]
 
@@ -84,6 +85,16 @@ def split(b: Builder, x: Value, parts: int) -> list[Value]:
 def recurrent(ctx: ConvertContext):
     b, cell = ctx.b, CELLS[ctx.op_type]
     x, lens = ctx.require(0), ctx.input(4)
+    for index, rank in ((0, 3), (1, 3), (2, 3)):  # X, W and R
+        if ctx.require(index).type.rank != rank:
+            raise ctx.error(f"input {index} must have rank {rank}, not"
+                            f" {ctx.require(index).type}")
+    steps = x.shape[1 if ctx.attr("layout", 0) else 0]
+    if not isinstance(steps, int):  # (the steps are unrolled: one import per length)
+        raise SymbolicShapeError(f"{ctx.op_type} unrolls its steps: their number must be"
+                                 " known", symbols_in(steps))
+    if steps == 0:
+        raise ctx.unsupported("a sequence of 0 steps")
     layout = ctx.attr("layout", 0)
     direction = ctx.attr("direction", "forward")
     if direction not in ("forward", "reverse", "bidirectional"):
