@@ -225,6 +225,11 @@ class KernelEmitter:
         width = streaming_width(self, s)
         if width and emit_streaming(self, s, width, start, stop):
             return
+        self.serial_loop(s, start, stop)
+
+    def serial_loop(self, s: For, start: ir.Value, stop: ir.Value) -> None:
+        """`s`'s body run serially for its variable from `start` while it has not reached
+        `stop`, by its step."""
         b = self.b
         counter = self.allocas.alloca(I64, name=s.var.name)
         b.store(start, counter)

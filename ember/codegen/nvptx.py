@@ -36,7 +36,7 @@ from llvmlite import binding as llvm
 from llvmlite import ir
 
 from ember.codegen import CodegenError, scalar
-from ember.codegen.llvm import VOID, KernelEmitter, emit_while
+from ember.codegen.llvm import VOID, KernelEmitter
 from ember.codegen.scalar import I32, I64, PTR
 from ember.graph.symbolic import SymbolicShapeError
 from ember.loops.analysis import launches
@@ -173,12 +173,7 @@ class GpuKernelEmitter(KernelEmitter):
             self.loop(s, self.index(s.start), self.index(s.stop))
 
     def loop(self, s: For, start: ir.Value, stop: ir.Value) -> None:
-        b = self.b
-        counter = self.allocas.alloca(I64, name=s.var.name)
-        b.store(start, counter)
-        with self.binding(s.var.name, counter):
-            emit_while(b, counter, lambda i: b.icmp_signed("<" if s.step > 0 else ">", i, stop),
-                       lambda: self.stmts(s.body), s.step, s.var.name)
+        self.serial_loop(s, start, stop)  # (no streaming stores: a CPU's cache bypass)
 
     def threads(self, s: For) -> None:
         """Iteration ctaid.x * ntid.x + tid.x (from the loop's start) in each thread, if the
