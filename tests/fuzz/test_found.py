@@ -32,3 +32,15 @@ def test_a_window_step_with_an_epilogue_that_has_no_vector_code(window: str) -> 
     inputs = [RNG.standard_normal((1, 4, 9, 9)).astype(np.float32)]
     np.testing.assert_allclose(compile_graph(graph, CPU)(*inputs)[0],
                                interpret(graph, inputs)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_transpose_with_an_epilogue_that_has_no_vector_code() -> None:
+    """Found by the model fuzzer: a transpose fused with a sin failed to compile, the
+    transpose blocking vectorizing its lanes without asking whether sin can run on them."""
+    b = Builder("transpose_sin")
+    x = b.input("x", DType.f32, (8, 1, 8, 1))
+    b.output(b.sin(b.transpose(b.reduce_sum(x, axes=(1, 3)), perm=(1, 0))))
+    graph = b.build()
+    inputs = [RNG.standard_normal((8, 1, 8, 1)).astype(np.float32)]
+    np.testing.assert_allclose(compile_graph(graph, CPU)(*inputs)[0],
+                               interpret(graph, inputs)[0], rtol=1e-5, atol=1e-5)
