@@ -20,6 +20,7 @@ from ember.frontends.torch.export import export
 from ember.graph.symbolic import SymbolicShapeError, symbol
 from ember.loops.analysis import launches
 from ember.loops.ir import For
+from ember.loops.primitives import Schedule
 from ember.loops.schedules.gpu import gpu_steps
 from ember.loops.text import parse_kernel, print_kernel
 from ember.runtime.executable import compile_program
@@ -146,9 +147,10 @@ def test_a_local_carried_past_a_launch_keeps_its_runs_in_one_thread() -> None:
   %z[] = %acc[]
 }
 """)
-    scheduled, _ = gpu_steps(kernel)
+    scheduled, steps = gpu_steps(kernel)
     assert len(launches(scheduled)) == 1
     assert "threads" not in print_kernel(scheduled)
+    assert Schedule(steps).apply(kernel) == scheduled  # (the steps make what they say)
 
 
 @pytest.mark.parametrize("name", sorted(GRAPHS))

@@ -59,7 +59,8 @@ def gpu_steps(kernel: Kernel) -> tuple[Kernel, list[Step]]:
         except ScheduleError:  # a local carried from iteration to iteration (a sum)
             kernel = before[0]
             del steps[before[1]:]
-    return _keep_carried_locals(kernel), steps
+    kernel, serial = _keep_carried_locals(kernel)
+    return kernel, [st for st in steps if not (st.name == "threads" and st.args[0] in serial)]
 
 
 def _band(kernel: Kernel, top: Stmt) -> list[str]:
@@ -87,10 +88,12 @@ def _uses(stmts: list[Stmt], name: str) -> bool:
                for s in walk_stmts(stmts))
 
 
-def _keep_carried_locals(kernel: Kernel) -> Kernel:
+def _keep_carried_locals(kernel: Kernel) -> tuple[Kernel, set[str]]:
     """`kernel` with the threads loops serial again where a local carries a value from one
     single-thread launch to a later one past them (a launch's locals live in its threads'
-    registers and die with it): those launches then merge into one."""
+    registers and die with it): those launches then merge into one. Also the names of the
+    loops made serial (their `threads` steps are dropped from the schedule)."""
+    serial: set[str] = set()
     while True:
         groups = launches(kernel)
         single = [i for i, g in enumerate(groups) if not is_threads(g[0])]
@@ -101,9 +104,10 @@ def _keep_carried_locals(kernel: Kernel) -> Kernel:
                 span = (users[0], users[-1])
                 break
         if span is None:
-            return kernel
+            return kernel, serial
         between = {id(groups[i][0]) for i in range(span[0] + 1, span[1])
                    if is_threads(groups[i][0])}
+        serial |= {s.var.name for s in kernel.body if id(s) in between}
         body = [For(s.var, s.start, s.stop, s.body, s.step, "serial") if id(s) in between
                 else s for s in kernel.body]
         kernel = Kernel(kernel.name, kernel.params, body, kernel.locals, kernel.origin)
