@@ -52,8 +52,10 @@ fuzz: $(STAMP)
 	EMBER_FUZZ_SECONDS=$(FUZZ_SECONDS) EMBER_FUZZ_JOBS=2 $(BIN)/python -m pytest -q -n 2 -rP \
 	  -p no:cacheprovider tests/fuzz -k "fuzz_for_a_while and not models"
 
-# Random ONNX models through Ember and ONNX Runtime (tests/fuzz/test_onnx_models.py); a
-# disagreement's shrunk model goes to fuzz/mismatch/.
+# Random ONNX models through Ember and ONNX Runtime (tests/fuzz/test_onnx_models.py), then
+# random PyTorch programs through torch.compile(backend="ember") and eager
+# (tests/fuzz/test_torch_programs.py), FUZZ_SECONDS each; an ONNX disagreement's shrunk
+# model goes to fuzz/mismatch/.
 fuzz-models: $(STAMP)
 	EMBER_FUZZ_SECONDS=$(FUZZ_SECONDS) EMBER_FUZZ_JOBS=2 EMBER_FUZZ_OUT=fuzz/mismatch \
 	  $(BIN)/python -m pytest -q -n 2 -rP -p no:cacheprovider tests/fuzz -k fuzz_models_for

@@ -173,6 +173,9 @@ def requantize(ctx: ConvertContext, acc: Value, multiplier: Value, y_zp: Value |
                out: DType) -> Value:
     """saturate(acc * multiplier + y_zero_point): an integer accumulator back to `out`."""
     b = ctx.b
+    if out not in QUANT_TYPES:  # (a float y_zero_point, or float inputs)
+        raise ctx.error(f"the quantized output must be one of"
+                        f" {', '.join(str(t) for t in QUANT_TYPES)}, not {out}")
     y = b.mul(to(b, acc, DType.f32), to(b, multiplier, DType.f32))
     if y_zp is not None:
         y = b.add(y, to(b, b.reshape(y_zp, shape=()) if y_zp.shape else y_zp, DType.f32))
