@@ -10,19 +10,18 @@ EMBER_FUZZ_SECONDS each and prints how many models each checked.
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import given, settings
 
+from tests.fuzz.budget import FUZZ, run_for_a_while, timed, workers
 from tests.fuzz.onnx_models import onnx_models
 
 ort = pytest.importorskip("onnxruntime")
 
 EXAMPLES = 15
-ROUND = 25
 RTOL, ATOL = 1e-3, 1e-4  # (f32 sums in another order through up to 30 ops)
 COUNTS = {"checked": 0}
 
@@ -54,28 +53,16 @@ def check_model(model, feeds: dict[str, np.ndarray]) -> None:
         raise
 
 
-FUZZ = dict(deadline=None, database=None,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                   HealthCheck.filter_too_much])
-
-
 @settings(max_examples=EXAMPLES, **FUZZ)
 @given(onnx_models())
 def test_random_onnx_models_agree_with_onnx_runtime(case) -> None:
     check_model(*case)
 
 
-@pytest.mark.skipif(not os.environ.get("EMBER_FUZZ_SECONDS"),
-                    reason="make fuzz-models sets EMBER_FUZZ_SECONDS")
-@pytest.mark.parametrize("worker", range(int(os.environ.get("EMBER_FUZZ_JOBS", "1"))))
+@timed
+@workers
 def test_fuzz_models_for_a_while(worker: int) -> None:
-    budget = float(os.environ["EMBER_FUZZ_SECONDS"])
-    first = int(os.environ.get("EMBER_FUZZ_SEED", time.time_ns() % 2**31)) + worker * 10**6
-    start, rounds, before = time.monotonic(), 0, COUNTS["checked"]
-    while time.monotonic() - start < budget:
-        run = settings(max_examples=ROUND, **FUZZ)(given(onnx_models())(
-            lambda case: check_model(*case)))
-        seed(first + rounds)(run)()
-        rounds += 1
+    before = COUNTS["checked"]
+    ran = run_for_a_while(onnx_models(), check_model, worker)
     print(f"\nfuzz-models: {COUNTS['checked'] - before} random ONNX models agreed with ONNX"
-          f" Runtime in {time.monotonic() - start:.0f} s, seeds {first}..{first + rounds - 1}")
+          f" Runtime {ran}")

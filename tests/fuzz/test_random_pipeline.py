@@ -6,18 +6,14 @@ A failure shrinks (hypothesis) to a minimal graph, printed as IR text to keep as
 regression test.
 
 CI runs EXAMPLES graphs. `make fuzz` runs EMBER_FUZZ_JOBS workers for EMBER_FUZZ_SECONDS
-each (rounds of ROUND graphs from fresh seeds; EMBER_FUZZ_SEED makes a run repeatable)
-and prints how many graphs each checked.
+each (tests/fuzz/budget.py; EMBER_FUZZ_SEED makes a run repeatable) and prints how many
+graphs each checked.
 """
 
 from __future__ import annotations
 
-import os
-import time
-
 import numpy as np
-import pytest
-from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import given, settings
 
 from ember import interpret
 from ember.config import Config
@@ -27,10 +23,10 @@ from ember.graph.ir import Graph
 from ember.graph.text import print_graph
 from ember.runtime.executable import compile_program
 from ember.target import Target
+from tests.fuzz.budget import FUZZ, run_for_a_while, timed, workers
 from tests.graph.random_graphs import random_graphs
 
 EXAMPLES = 25
-ROUND = 50
 LEVELS = {
     "O0": Config(executor="cpu", disk_cache=False, fusion=False, winograd=False,
                  fuse_attention=False),
@@ -83,31 +79,18 @@ def _gpu_schedule_on_cpu(graph: Graph, inputs: list[np.ndarray]) -> list[np.ndar
     return compile_program(program, Target.host(), plan)(*inputs)
 
 
-FUZZ = dict(deadline=None, database=None,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                   HealthCheck.filter_too_much])
-
-
 @settings(max_examples=EXAMPLES, **FUZZ)
 @given(random_graphs(wide=True))
 def test_random_graphs_match_the_interpreter_at_every_level(case) -> None:
     check_pipeline(*case)
 
 
-@pytest.mark.skipif(not os.environ.get("EMBER_FUZZ_SECONDS"),
-                    reason="make fuzz sets EMBER_FUZZ_SECONDS")
-@pytest.mark.parametrize("worker", range(int(os.environ.get("EMBER_FUZZ_JOBS", "1"))))
+@timed
+@workers
 def test_fuzz_for_a_while(worker: int) -> None:
-    budget = float(os.environ["EMBER_FUZZ_SECONDS"])
-    first = int(os.environ.get("EMBER_FUZZ_SEED", time.time_ns() % 2**31)) + worker * 10**6
-    start, rounds, before = time.monotonic(), 0, dict(COUNTS)
-    while time.monotonic() - start < budget:
-        run = settings(max_examples=ROUND, **FUZZ)(given(random_graphs(wide=True))(
-            lambda case: check_pipeline(*case)))
-        seed(first + rounds)(run)()
-        rounds += 1
+    before = dict(COUNTS)
+    ran = run_for_a_while(random_graphs(wide=True), check_pipeline, worker)
     checked = COUNTS["checked"] - before["checked"]
     refused = COUNTS["refused"] - before["refused"]
     print(f"\nfuzz: {checked} random graphs checked at {len(LEVELS) + 1} levels (and"
-          f" {refused} the interpreter refuses) in {time.monotonic() - start:.0f} s, seeds"
-          f" {first}..{first + rounds - 1}: no mismatch")
+          f" {refused} the interpreter refuses) {ran}: no mismatch")

@@ -9,19 +9,17 @@ CI runs EXAMPLES programs; `make fuzz-models` runs them for EMBER_FUZZ_SECONDS t
 
 from __future__ import annotations
 
-import os
-import time
-
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from tests.fuzz.budget import FUZZ, run_for_a_while, timed, workers
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 EXAMPLES = 10
-ROUND = 20
 RTOL, ATOL = 1e-3, 1e-4
 UNARY = ["relu", "sigmoid", "tanh", "abs", "neg", "sin", "cos", "erf", "gelu", "silu"]
 BINARY = ["add", "sub", "mul", "maximum", "minimum"]
@@ -218,29 +216,16 @@ def check_program(module, inputs) -> None:
     COUNTS["checked"] += 1
 
 
-FUZZ = dict(deadline=None, database=None,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                   HealthCheck.filter_too_much])
-
-
 @settings(max_examples=EXAMPLES, **FUZZ)
 @given(programs())
 def test_random_torch_programs_agree_with_eager(case) -> None:
     check_program(*case)
 
 
-@pytest.mark.skipif(not os.environ.get("EMBER_FUZZ_SECONDS"),
-                    reason="make fuzz-models sets EMBER_FUZZ_SECONDS")
-@pytest.mark.parametrize("worker", range(int(os.environ.get("EMBER_FUZZ_JOBS", "1"))))
+@timed
+@workers
 def test_fuzz_models_for_a_while_through_torch_compile(worker: int) -> None:
-    budget = float(os.environ["EMBER_FUZZ_SECONDS"])
-    first = int(os.environ.get("EMBER_FUZZ_SEED", time.time_ns() % 2**31)) + worker * 10**6
-    start, rounds, before = time.monotonic(), 0, COUNTS["checked"]
-    while time.monotonic() - start < budget:
-        run = settings(max_examples=ROUND, **FUZZ)(given(programs())(
-            lambda case: check_program(*case)))
-        seed(first + rounds)(run)()
-        rounds += 1
-    print(f"\nfuzz-models (torch.compile): {COUNTS['checked'] - before} random programs agreed"
-          f" with eager"
-          f" in {time.monotonic() - start:.0f} s, seeds {first}..{first + rounds - 1}")
+    before = COUNTS["checked"]
+    ran = run_for_a_while(programs(), check_program, worker)
+    print(f"\nfuzz-models (torch.compile): {COUNTS['checked'] - before} random programs"
+          f" agreed with eager {ran}")
