@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-full bench lint lint-imports clean cross-tools gpu-tools fuzz fuzz-parsers fuzz-models
+.PHONY: demo test test-full bench zoo lint lint-imports clean cross-tools gpu-tools fuzz fuzz-parsers fuzz-models
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -74,6 +74,11 @@ PEERS := $(VENV)/.peers
 $(PEERS): $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[peers]'
 	touch $(PEERS)
+
+# The model zoo (bench/zoo.py): 35 architectures against eager, torch.compile and ONNX
+# Runtime on 1 and 2 threads, tables to docs/benchmarks.md (about an hour on 2 cores).
+zoo: $(STAMP) $(PEERS)
+	$(BIN)/python bench/zoo.py --threads 1,2
 
 bench: $(STAMP) $(PEERS)
 	$(BIN)/python bench/bench_gemm.py --record

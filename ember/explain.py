@@ -46,6 +46,7 @@ class KernelInfo:
     schedule: str = ""  # its loop kinds in brief, e.g. "parallel 384, vectorized 16"
     seconds: float | None = None  # one call, measured (None when not measured)
     bound_seconds: float | None = None  # the roofline's time for this kernel
+    notes: tuple[str, ...] = ()  # what may keep it from its roofline (loops/diagnose.py)
 
     @property
     def gflops(self) -> float | None:
@@ -64,12 +65,46 @@ class KernelInfo:
 
 
 @dataclass(frozen=True)
+class Flag:
+    """A kernel that takes over FLAG_SHARE of the time below FLAG_ROOFLINE of its roofline,
+    and the reasons it is slow (empty when none is known: a gap to look into)."""
+
+    kernel: KernelInfo
+    share: float  # of the kernels' time
+    reasons: tuple[str, ...]
+
+
+FLAG_SHARE = 0.02
+FLAG_ROOFLINE = 0.2
+# A kernel this close to no work at the roof is slow for its call's fixed costs (a thread
+# team's wake-up, loop set-up), which no schedule of its loops removes.
+SMALL_SECONDS = 20e-6
+
+
+@dataclass(frozen=True)
 class Report:
     kernels: list[KernelInfo]
     timings: dict[str, float]  # seconds per compile stage, when this process built it
     machine: Any = None  # MachineLimits, when measured
     total_seconds: float | None = None  # one whole inference, measured
     timing: str = ""  # how kernels were timed: "in sequence" or "alone" (when measured)
+
+    @property
+    def flags(self) -> list[Flag]:
+        """The kernels slow enough to look into, slowest first (none when not measured)."""
+        total = sum(k.seconds or 0 for k in self.kernels)
+        flags = []
+        for k in self.kernels:
+            if not total or k.seconds is None or k.roofline is None or \
+                    k.seconds < FLAG_SHARE * total or k.roofline >= FLAG_ROOFLINE:
+                continue
+            reasons = [n for n in k.notes if self.machine is None or self.machine.threads > 1
+                       or not n.startswith("one thread")]
+            if k.bound_seconds < SMALL_SECONDS:
+                reasons.append(f"small: {1e6 * k.bound_seconds:.1f} us of work at the roof,"
+                               " where a call's fixed costs dominate")
+            flags.append(Flag(k, k.seconds / total, tuple(reasons)))
+        return flags
 
     @property
     def total_bytes(self) -> int:
@@ -113,7 +148,21 @@ class Report:
             out.append(f"kernels {1e3 * total_time:.3f} ms in all ({self.timing}){whole}; roofs: "
                        f"{m.peak_gflops:.0f} GFLOP/s ({m.threads} threads),"
                        f" {m.bandwidth_gbs:.1f} GB/s copy")
+            out += _flag_lines(self.flags)
         return "\n".join(out)
+
+
+def _flag_lines(flags: list[Flag]) -> list[str]:
+    if not flags:
+        return [f"no kernel takes over {100 * FLAG_SHARE:.0f}% of the time below"
+                f" {100 * FLAG_ROOFLINE:.0f}% of its roofline"]
+    out = [f"flagged: {len(flags)} kernels take over {100 * FLAG_SHARE:.0f}% of the time"
+           f" below {100 * FLAG_ROOFLINE:.0f}% of their roofline"]
+    for f in flags:
+        out.append(f"  {f.kernel.name} ({' + '.join(f.kernel.ops)[:60]}): {100 * f.share:.1f}%"
+                   f" of the time at {100 * f.kernel.roofline:.0f}% of its roofline")
+        out += [f"    - {r}" for r in f.reasons or ("no known reason",)]
+    return out
 
 
 def _size(n: float) -> str:
@@ -134,7 +183,8 @@ def explain(compiled: Any, measure: bool = True, budget_seconds: float = 0.2) ->
         raise EmberError("this executable carries no kernel table (built by an older Ember?)")
     table = _bound_table(executable, table)
     kernels = [KernelInfo(k["name"], list(k["ops"]), k["origin"], int(k["bytes"]),
-                          int(k.get("flops", 0)), k.get("schedule", "")) for k in table]
+                          int(k.get("flops", 0)), k.get("schedule", ""),
+                          notes=tuple(k.get("notes", ()))) for k in table]
     report = Report(kernels, dict(executable.notes.get("timings", {})))
     if not measure:
         return report

@@ -224,8 +224,10 @@ def build(graph: Graph, config: Config) -> Artifact:
 
 def kernel_table(program) -> list[dict]:
     """For each kernel: its name, the graph ops it computes, its parameters, the bytes they
-    span (what one call reads and writes at least) and its float operations, for explain."""
+    span (what one call reads and writes at least), its float operations and what may keep
+    it from its roofline (`slowness_notes`), for explain."""
     from ember.loops.cost import flops, param_bytes, schedule_summary
+    from ember.loops.diagnose import slowness_notes
 
     table = []
     every_size = bool(program.sizes)
@@ -242,6 +244,7 @@ def kernel_table(program) -> list[dict]:
                       "bytes": _json_size(param_bytes(kernel)),
                       "flops": 0 if sizes else flops(kernel),
                       "schedule": schedule_summary(kernel),
+                      "notes": slowness_notes(kernel),
                       "params": [[p.dtype.value, [_json_size(d) for d in p.shape]]
                                  for p in kernel.params], "sizes": list(sizes)})
     return table

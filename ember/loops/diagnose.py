@@ -1,0 +1,114 @@
+"""Why a scheduled kernel may run far below its roofline: notes read off its loops, which
+`ember explain` gives as the reasons of a kernel it flags as slow.
+
+The notes look at the loops that do a kernel's work (the innermost loops that carry most
+of its loads and stores, weighted by their trip counts) and say what keeps them from the
+machine's vector units and cores: an inner loop left scalar and why (a body with no vector
+code, an access across the layout, too few iterations, a reduction), lanes that gather or
+stride through memory, no loop run in parallel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ember.loops.analysis import access_kind, load_stride, plan_vector
+from ember.loops.cost import trip_count, weighted
+from ember.loops.ir import For, If, Kernel, Load, Stmt, Store, stmt_exprs, walk_expr, walk_stmts
+
+# The innermost loops looked at: the heaviest, until they carry this share of the work.
+_COVERED_SHARE = 0.8
+_MOST_LOOPS = 3
+
+
+def slowness_notes(kernel: Kernel) -> list[str]:
+    """Reasons `kernel` may run below its roofline, heaviest loop first ([] when none)."""
+    shapes = {b.name: b.shape for b in (*kernel.params, *kernel.locals)}
+    locals_ = {b.name for b in kernel.locals}
+    loops = _innermost_loops(kernel.body)
+    if not loops:
+        return []
+    weights = {id(loop): _weight(kernel, loop) for loop in loops}
+    total = sum(weights.values()) or 1
+    notes: list[str] = []
+    covered = 0
+    for loop in sorted(loops, key=lambda lp: -weights[id(lp)])[:_MOST_LOOPS]:
+        if covered >= _COVERED_SHARE * total:
+            break
+        covered += weights[id(loop)]
+        share = f"{100 * weights[id(loop)] / total:.0f}% of its accesses"
+        note = _vector_note(loop, locals_, shapes) if loop.kind == "vectorized" \
+            else _scalar_note(loop, locals_, shapes)
+        if note and note not in notes:
+            notes.append(f"{note} ({share})")
+    if not any(isinstance(s, For) and s.kind == "parallel" for s in walk_stmts(kernel.body)):
+        notes.append("one thread: none of its loops runs in parallel")
+    return notes
+
+
+def _innermost_loops(stmts: list[Stmt]) -> list[For]:
+    return [s for s in walk_stmts(stmts) if isinstance(s, For)
+            and not any(isinstance(t, For) for t in walk_stmts(s.body))]
+
+
+def _weight(kernel: Kernel, loop: For) -> int:
+    """The loads and stores `loop`'s body makes in one call of the kernel."""
+    inside = {id(s) for s in walk_stmts(loop.body)}
+
+    def accesses(s: Stmt) -> int:
+        if id(s) not in inside:
+            return 0
+        return int(isinstance(s, Store)) + sum(isinstance(x, Load) for e in stmt_exprs(s)
+                                               for x in walk_expr(e))
+
+    return weighted(kernel.body, accesses)
+
+
+def _loads(loop: For) -> list[Load]:
+    return [x for s in walk_stmts(loop.body) for e in stmt_exprs(s) for x in walk_expr(e)
+            if isinstance(x, Load)]
+
+
+def _vector_note(loop: For, locals_: set[str], shapes: dict) -> str | None:
+    """What a vectorized loop's lanes do that costs more than a vector load: gathers and
+    strided loads of buffers in memory."""
+    name = loop.var.name
+    gathers, strided = [], []
+    for x in _loads(loop):
+        if x.buffer in locals_:
+            continue
+        kind = access_kind(x.index, name, shapes.get(x.buffer))
+        if kind == "gather" and x.buffer not in gathers:
+            gathers.append(x.buffer)
+        elif kind == "strided" and x.buffer not in strided:
+            strided.append((x.buffer, load_stride(x.index, name, shapes[x.buffer])))
+    if gathers:
+        return (f"its lanes over %{name} gather " + ", ".join(f"%{b}" for b in gathers)
+                + " element by element (the index is not contiguous along the lanes)")
+    if strided:
+        return (f"its lanes over %{name} read " + ", ".join(f"%{b} with stride {c}"
+                                                            for b, c in strided))
+    return None
+
+
+def _scalar_note(loop: For, locals_: set[str], shapes: dict) -> str:
+    """Why an innermost loop runs one element at a time."""
+    name = loop.var.name
+    trips = trip_count(loop)
+    head = f"scalar: its inner loop %{name} ({trips} iterations)"
+    plan = plan_vector(replace(loop, kind="vectorized"), locals_, shapes, reductions=True)
+    if isinstance(plan, str):
+        return f"{head} has no vector form: {plan}"
+    across = [x.buffer for x in _loads(loop) if x.buffer not in locals_
+              and access_kind(x.index, name, shapes.get(x.buffer)) == "gather"]
+    if across:
+        return (f"{head} reads %{across[0]} across its layout (the loop order is against"
+                " the layout: a transpose or permute it could not block)")
+    if trips < 4:
+        return f"{head} is too short for vector lanes"
+    if plan.reductions:
+        return f"{head} reduces into " + ", ".join(f"%{b}" for b in sorted(plan.reductions)) \
+            + ", left to LLVM's vectorizer"
+    if any(isinstance(s, If) for s in walk_stmts(loop.body)):
+        return f"{head} has an if in its body that no schedule step vectorized"
+    return f"{head} could run on lanes, but its schedule does not vectorize it"

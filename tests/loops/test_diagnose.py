@@ -1,0 +1,93 @@
+"""What `slowness_notes` (ember/loops/diagnose.py) reads off a kernel's loops, and the flags
+`ember.explain` raises with them."""
+
+from __future__ import annotations
+
+from ember.explain import KernelInfo, Report
+from ember.loops.diagnose import slowness_notes
+from ember.loops.text import parse_kernel
+from ember.runtime.machine import MachineLimits
+
+
+def test_a_transposed_read_in_a_scalar_loop_is_against_the_layout() -> None:
+    kernel = parse_kernel("""kernel @k(%x: f32[64,64], %y: f32[64,64]) {
+  for %i = 0 to 64 parallel {
+    for %j = 0 to 64 { %y[%i, %j] = erf(%x[%j, %i]) }
+  }
+}""")
+    [note] = slowness_notes(kernel)
+    assert note.startswith("scalar: its inner loop %j (64 iterations) reads %x across its"
+                           " layout")
+    assert note.endswith("(100% of its accesses)")
+
+
+def test_a_body_without_vector_code_says_why() -> None:
+    kernel = parse_kernel("""kernel @k(%x: f32[64], %y: f32[64]) {
+  for %i = 0 to 64 parallel {
+    if lt(%x[%i], 0.0:f32) { %y[%i] = 0.0:f32 } else { %y[%i] = %x[%i] }
+  }
+}""")
+    [note] = slowness_notes(kernel)
+    assert "has no vector form: its body has an if whose condition differs between lanes" \
+        in note
+
+
+def test_lanes_that_gather_and_a_kernel_on_one_thread() -> None:
+    kernel = parse_kernel("""kernel @k(%x: f32[64,64], %y: f32[64,64]) {
+  for %i = 0 to 64 {
+    for %j = 0 to 64 vectorized { %y[%i, %j] = %x[%j, %i] }
+  }
+}""")
+    assert slowness_notes(kernel) == [
+        "its lanes over %j gather %x element by element (the index is not contiguous along"
+        " the lanes) (100% of its accesses)",
+        "one thread: none of its loops runs in parallel"]
+
+
+def test_a_vectorized_parallel_kernel_has_no_notes() -> None:
+    kernel = parse_kernel("""kernel @k(%x: f32[64,64], %y: f32[64,64]) {
+  for %i = 0 to 64 parallel {
+    for %j = 0 to 64 vectorized { %y[%i, %j] = mul(%x[%i, %j], 2.0:f32) }
+  }
+}""")
+    assert slowness_notes(kernel) == []
+
+
+def test_the_heaviest_loop_comes_first() -> None:
+    kernel = parse_kernel("""kernel @k(%x: f32[64,64], %y: f32[64,64], %z: f32[4]) {
+  for %a = 0 to 4 parallel { %z[%a] = exp(%x[%a, 0]) }
+  for %i = 0 to 64 parallel {
+    for %j = 0 to 64 { %y[%i, %j] = %x[%j, %i] }
+  }
+}""")
+    notes = slowness_notes(kernel)
+    assert notes[0].startswith("scalar: its inner loop %j")
+
+
+def _limits(threads: int) -> MachineLimits:
+    return MachineLimits("test", threads, peak_gflops_one_thread=100.0, bandwidth_gbs=10.0)
+
+
+def _kernel(name: str, seconds: float, bound: float, notes=()) -> KernelInfo:
+    return KernelInfo(name, ["op"], "op", 1000, 0, "", seconds, bound, tuple(notes))
+
+
+def test_explain_flags_slow_kernels_that_take_time() -> None:
+    report = Report([_kernel("slow", 0.5, 0.01, ["scalar: why"]),
+                     _kernel("fast", 0.49, 0.4),  # at 82% of its roofline
+                     _kernel("tiny", 0.01, 1e-7)],  # 1% of the time
+                    {}, _limits(2), 1.0, "in sequence")
+    [flag] = report.flags
+    assert flag.kernel.name == "slow" and flag.reasons == ("scalar: why",)
+    assert "flagged: 1 kernels" in str(report) and "    - scalar: why" in str(report)
+
+
+def test_small_kernels_and_one_thread_notes_on_one_thread_machines() -> None:
+    report = Report([_kernel("small", 1e-5, 1e-6, ["one thread: none of its loops runs"])],
+                    {}, _limits(1), 1e-5, "in sequence")
+    [flag] = report.flags
+    assert flag.reasons == ("small: 1.0 us of work at the roof, where a call's fixed costs"
+                            " dominate",)
+    unexplained = Report([_kernel("k", 1.0, 0.01)], {}, _limits(2), 1.0, "in sequence")
+    assert unexplained.flags[0].reasons == ()
+    assert "    - no known reason" in str(unexplained)
