@@ -66,10 +66,12 @@ class CpuBackend(Backend):
     target: Target
 
     def graph_passes(self, config: Config) -> list[GraphPass]:
-        # Explicit conv padding after `canonicalize` absorbs pads into convs, packed conv
-        # weights once the convs have no padding, and packed matmul weights (dce drops the
-        # unpacked ones). Winograd's convs come first: they pad their input themselves.
-        names = (["winograd_convs"] if config.winograd else []) + \
+        # 1-D convs as 2-D ones (the fast conv kernels are 2-D), grouped convs' groups as
+        # images (an implicit GEMM per image), explicit conv padding
+        # after `canonicalize` absorbs pads into convs, packed conv weights once the convs
+        # have no padding, and packed matmul weights (dce drops the unpacked ones).
+        # Winograd's convs come before the padding: they pad their input themselves.
+        names = ["convs_2d", "group_convs"] + (["winograd_convs"] if config.winograd else []) + \
             ["pad_convs", "pack_convs", "pack_matmuls"]
         return [self.configure(get_pass(name)) for name in names]
 

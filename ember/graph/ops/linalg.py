@@ -264,6 +264,48 @@ define("packed_conv", arity=(2, 3), infer=_packed_conv_infer,
                " channels: x [N,C,H,W], wp [M/L,C*KH*KW,L], bias [M]", family="linalg",
        category="contraction")
 
+# -- grouped_conv ------------------------------------------------------------------------
+#
+# A 2-D conv of G groups, each group of channels an image of its own
+# (ember/graph/passes/group_convs.py): x [N*G, C/G, H, W] is a conv's x [N, C, H, W] as it
+# lies in memory, w [G, M/G, C/G, KH, KW] its weights per group, bias [G, M/G]; image b is
+# convolved with w[b % G], and the output [N*G, M/G, OH, OW] is the conv's [N, M, OH, OW].
+
+
+def _grouped_conv_infer(types, attrs):
+    x, w, bias = (*types, None)[:3]
+    same_dtype(types)
+    require_dtype(x, FLOAT_TYPES)
+    if x.rank != 4 or w.rank != 5:
+        raise ShapeError(f"x must be [N*G, C/G, H, W] and w [G, M/G, C/G, KH, KW], got {x}"
+                         f" and {w}")
+    groups, per_group = w.shape[:2]
+    if x.shape[1] != w.shape[2] or isinstance(x.shape[0], int) and x.shape[0] % groups:
+        raise ShapeError(f"x {x} is not images of {groups} groups of {w.shape[2]} channels")
+    if bias is not None and bias.shape != (groups, per_group):
+        raise ShapeError(f"bias must have shape [{groups}, {per_group}], got {bias}")
+    strides, pb, pe, dilations = window_params(2, attrs["strides"], attrs["pads"],
+                                               attrs["dilations"])
+    out = [window_count(*args, axis=i) for i, args in
+           enumerate(zip(x.shape[2:], w.shape[3:], strides, pb, pe, dilations))]
+    return TensorType(x.dtype, (x.shape[0], per_group, *out))
+
+
+def _grouped_conv_reference(x, w, bias=None, *, strides, pads, dilations):
+    groups, per_group, channels = w.shape[:3]
+    images = x.shape[0] // groups
+    y = _conv_reference(x.reshape(images, groups * channels, *x.shape[2:]),
+                        w.reshape(groups * per_group, *w.shape[2:]),
+                        None if bias is None else bias.reshape(-1), strides=strides,
+                        pads=pads, dilations=dilations, groups=groups)
+    return y.reshape(images * groups, per_group, *y.shape[2:])
+
+
+define("grouped_conv", arity=(2, 3), infer=_grouped_conv_infer,
+       reference=_grouped_conv_reference, attrs=dict(WINDOW_ATTRS), traits=("pure",),
+       summary="2-D conv of G groups as images: x [N*G,C/G,H,W], w [G,M/G,C/G,KH,KW],"
+               " bias [G,M/G]; image b by w[b % G]", family="linalg", category="contraction")
+
 # -- conv_transpose ----------------------------------------------------------------------
 
 

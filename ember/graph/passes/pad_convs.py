@@ -13,7 +13,8 @@ input padded before it (2 threads).
 
 Canonicalization does the opposite (a pad absorbed into the conv it feeds), so this pass
 runs after it, just before fusion: it is a lowering decision, not a simplification.
-Depthwise and grouped convolutions keep their padding: their own kernels pad per channel.
+Depthwise convolutions keep their padding (their own kernel pads per channel); grouped
+ones, run with their groups as images (`grouped_conv`), are padded as any.
 """
 
 from __future__ import annotations
@@ -37,9 +38,16 @@ def gemm_conv(op: Op) -> bool:
             and 0 not in op.result.shape and 0 not in w.shape[1:])
 
 
-@conv_padding.on("conv")
+def padded_gemm_conv(op: Op) -> bool:
+    """Whether `op` is an implicit GEMM's conv: one of one group, or a grouped conv with
+    its groups run as images (`grouped_conv`, ember/graph/passes/group_convs.py, which
+    makes only f32 ones)."""
+    return gemm_conv(op) or op.name == "grouped_conv"
+
+
+@conv_padding.on("conv", "grouped_conv")
 def explicit_padding(op: Op, b: Builder) -> list[Value] | None:
-    if not gemm_conv(op):
+    if not padded_gemm_conv(op):
         return None
     _, begins, ends, _ = window_params(2, op.attrs["strides"], op.attrs["pads"],
                                        op.attrs["dilations"])
@@ -47,7 +55,7 @@ def explicit_padding(op: Op, b: Builder) -> list[Value] | None:
         return None
     padded = b.op("pad", [op.operands[0]], {"pads": [0, 0, *begins, 0, 0, *ends]},
                   loc=op.loc).result
-    return [b.op("conv", [padded, *op.operands[1:]], {**op.attrs, "pads": [0, 0, 0, 0]},
+    return [b.op(op.name, [padded, *op.operands[1:]], {**op.attrs, "pads": [0, 0, 0, 0]},
                  loc=op.loc).result]
 
 

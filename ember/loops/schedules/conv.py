@@ -109,15 +109,15 @@ def parameters(target: Target) -> Parameters:
 
 def nests(kernel: Kernel, windows: Windows | None = None) -> list[tuple[str, WindowNest]]:
     """The top-level nests of `kernel` that are plain f32 2-D convs whose input channel is
-    the reduced one (x's read does not follow the output channel, w's not the image), each
-    with its outermost loop's name: what the `conv_gemm` step schedules. `windows`: the
-    kernel's window nests by depth, when the caller has found them."""
+    the reduced one (x's read does not follow the output channel), each with its outermost
+    loop's name: what the `conv_gemm` step schedules. The filter may follow the image (a
+    `grouped_conv`'s, read at the image's group): A is then each image's own. `windows`:
+    the kernel's window nests by depth, when the caller has found them."""
     found = []
     for loop, nest in (windows or functools.partial(window_nests, kernel))(3):
         terms = product_terms(nest) if nest.combine == "add" and \
             nest.init == Const(0.0, F32) else None
-        if terms and not mentions(terms[0], {nest.output[1]}) and \
-                not mentions(terms[1], {nest.output[0]}):
+        if terms and not mentions(terms[0], {nest.output[1]}):
             found.append((loop, nest))
     return found
 
@@ -168,7 +168,8 @@ def _conv_as_gemm(names: FreshNames, nest: WindowNest, schedule: GemmSchedule
     acc = names.local(F32)
     c, kh, kw = geometry.split_k(k)
     oh, ow = p // ow_n, p % ow_n
-    a = nest.at(w_term, {m_var: m, c_var: c, kh_var: Const(kh) if isinstance(kh, int) else kh,
+    a = nest.at(w_term, {n_var: n, m_var: m, c_var: c,
+                         kh_var: Const(kh) if isinstance(kh, int) else kh,
                          kw_var: Const(kw) if isinstance(kw, int) else kw})
     position, conds = [], []
     for o, tap, size, o_n, k_n, s_, pb_, d_ in zip(

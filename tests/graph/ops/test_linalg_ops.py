@@ -1,4 +1,4 @@
-"""matmul, packed_matmul, conv, packed_conv, conv_transpose and Winograd's transforms
+"""matmul, packed_matmul, conv, packed_conv, grouped_conv, conv_transpose and Winograd's transforms
 (winograd_input, winograd_output): type inference, errors, and semantics against NumPy
 and PyTorch."""
 
@@ -201,6 +201,35 @@ def test_packed_conv_matches_torch(lanes):
               dilations=(1, 2))
     expected = F.conv2d(T(x), T(w), T(bias), stride=(2, 1), dilation=(1, 2))
     np.testing.assert_allclose(out, expected.numpy(), rtol=1e-5, atol=1e-5)
+
+
+# -- grouped_conv ------------------------------------------------------------------------
+
+
+def test_grouped_conv_types_and_errors():
+    assert result_type("grouped_conv", (6, 4, 9, 9), (3, 5, 4, 3, 3), (3, 5), strides=(2, 2),
+                       pads=(1, 1, 1, 1)) == "f32[6,5,5,5]"
+    with pytest.raises(ShapeError, match="is not images of 4 groups of 4 channels"):
+        build("grouped_conv", [(DType.f32, (6, 4, 9, 9)), (DType.f32, (4, 5, 4, 3, 3))])
+    with pytest.raises(ShapeError, match="is not images of 3 groups of 2 channels"):
+        build("grouped_conv", [(DType.f32, (6, 4, 9, 9)), (DType.f32, (3, 5, 2, 3, 3))])
+    with pytest.raises(ShapeError, match=r"bias must have shape \[3, 5\]"):
+        build("grouped_conv", [(DType.f32, (6, 4, 9, 9)), (DType.f32, (3, 5, 4, 3, 3)),
+                               (DType.f32, (15,))])
+    with pytest.raises(ShapeError, match=r"w \[G, M/G, C/G, KH, KW\]"):
+        build("grouped_conv", [(DType.f32, (6, 4, 9, 9)), (DType.f32, (15, 4, 3, 3))])
+
+
+def test_grouped_conv_is_a_conv_of_groups():
+    """Two images of three groups: image b by the filter of group b % 3, laid out as
+    torch's grouped conv of [2, 3 * 4] channels."""
+    x, w, bias = randn(6, 4, 9, 8), randn(3, 5, 4, 3, 2), randn(3, 5)
+    out = run("grouped_conv", x, w, bias, strides=(2, 1), pads=(1, 0, 1, 1),
+              dilations=(1, 2))
+    expected = F.conv2d(F.pad(T(x).reshape(2, 12, 9, 8), (0, 1, 1, 1)), T(w).reshape(15, 4, 3, 2),
+                        T(bias).reshape(15), stride=(2, 1), dilation=(1, 2), groups=3)
+    np.testing.assert_allclose(out, expected.reshape(6, 5, *expected.shape[2:]).numpy(),
+                               rtol=1e-5, atol=1e-5)
 
 
 # -- packed_matmul -----------------------------------------------------------------------

@@ -133,10 +133,11 @@ def group_channel(out_channel: Expr, groups: int, per_group_out: int, per_group_
     return c if groups == 1 else (out_channel // per_group_out) * per_group_in + c
 
 
-def _add_bias(ctx: LowerContext, value: Expr, channel: Expr) -> Expr:
+def _add_bias(ctx: LowerContext, value: Expr, index: Sequence[Expr]) -> Expr:
+    """`value` plus the bias (operand 2) at `index`, when the op has one."""
     if len(ctx.inputs) < 3:
         return value
-    return Binary("add", value, compute_load(ctx, 2, [channel]))
+    return Binary("add", value, compute_load(ctx, 2, index))
 
 
 @lowering("conv")
@@ -156,18 +157,35 @@ def packed_conv(ctx: LowerContext) -> list[Stmt]:
     lanes = ctx.inputs[1].shape[2]
     kh_n, kw_n = ctx.attrs["kernel_shape"]
 
-    def weight(m: Expr, c: Expr, taps: list[Var]) -> Expr:
+    def weight(n: Expr, m: Expr, c: Expr, taps: list[Var]) -> Expr:
         return compute_load(ctx, 1, [m // lanes, (c * kh_n + taps[0]) * kw_n + taps[1],
                                      m % lanes])
 
     return plain_conv(ctx, weight, kernel=(kh_n, kw_n), pads=(), groups=1)
 
 
-def plain_conv(ctx: LowerContext, weight: Callable[[Expr, Expr, list[Var]], Expr] | None
-               = None, kernel: Sequence[int] | None = None, pads: Sequence[int] | None = None,
-               groups: int | None = None) -> list[Stmt]:
-    """Per output element, a sum over (c, taps) of x at the window times `weight(m, c,
-    taps)` (default: w[m, c, *taps], with the op's kernel, pads and groups)."""
+@lowering("grouped_conv")
+def grouped_conv(ctx: LowerContext) -> list[Stmt]:
+    """Image b of x [N*G, C/G, H, W] convolved with w[b % G] (ember/graph/ops/linalg.py):
+    the plain conv nest, its filter and bias read at the image's group, which the
+    scheduling stage makes an implicit GEMM per image as any conv's."""
+    groups = ctx.inputs[1].shape[0]
+
+    def weight(n: Expr, m: Expr, c: Expr, taps: list[Var]) -> Expr:
+        return compute_load(ctx, 1, [n % groups, m, c, *taps])
+
+    return plain_conv(ctx, weight, kernel=ctx.inputs[1].shape[3:], groups=1,
+                      bias=lambda n, m: [n % groups, m])
+
+
+def plain_conv(ctx: LowerContext,
+               weight: Callable[[Expr, Expr, Expr, list[Var]], Expr] | None = None,
+               kernel: Sequence[int] | None = None, pads: Sequence[int] | None = None,
+               groups: int | None = None,
+               bias: Callable[[Expr, Expr], list[Expr]] | None = None) -> list[Stmt]:
+    """Per output element [n, m, *o], a sum over (c, taps) of x at the window times
+    `weight(n, m, c, taps)` (default: w[m, c, *taps], with the op's kernel, pads and
+    groups), plus the bias at `bias(n, m)` (default: [m])."""
     x, w = ctx.inputs[:2]
     out = ctx.outputs[0]
     nd = len(x.shape) - 2
@@ -179,8 +197,11 @@ def plain_conv(ctx: LowerContext, weight: Callable[[Expr, Expr, list[Var]], Expr
     cg = w.shape[1] if weight is None else x.shape[1]  # input channels per group
     mg = out.shape[1] // groups  # output channels per group
     if weight is None:
-        def weight(m: Expr, c: Expr, taps: list[Var]) -> Expr:
+        def weight(n: Expr, m: Expr, c: Expr, taps: list[Var]) -> Expr:
             return compute_load(ctx, 1, [m, c, *taps])
+    if bias is None:
+        def bias(n: Expr, m: Expr) -> list[Expr]:
+            return [m]
     acc = accumulator(ctx)
     zero = ctx.const(0, acc.dtype)
 
@@ -195,10 +216,11 @@ def plain_conv(ctx: LowerContext, weight: Callable[[Expr, Expr, list[Var]], Expr
                                   pb, dilations)
             channel = group_channel(m, groups, mg, cg, c)
             value = Binary("mul", compute_load(ctx, 0, [n, channel, *positions]),
-                           weight(m, c, taps))
+                           weight(n, m, c, taps))
             return value, all_of(conds)
 
-        return reduce_into(ctx, acc, lambda v: store_result(ctx, index, _add_bias(ctx, v, m)),
+        return reduce_into(ctx, acc,
+                           lambda v: store_result(ctx, index, _add_bias(ctx, v, bias(n, m))),
                            zero, [cg, *kernel], term)
 
     return ctx.nest(out.shape, element)
@@ -254,7 +276,7 @@ def conv_transpose(ctx: LowerContext):
                                                  *taps]))
             return value, all_of(conds)
 
-        return reduce_into(ctx, acc, lambda v: store_result(ctx, index, _add_bias(ctx, v, m)),
+        return reduce_into(ctx, acc, lambda v: store_result(ctx, index, _add_bias(ctx, v, [m])),
                            zero, [cg, *kernel], term)
 
     return ctx.nest(out.shape, element)
