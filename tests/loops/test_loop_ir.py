@@ -123,3 +123,26 @@ def test_a_long_loop_is_checked_against_its_buffer() -> None:
     verify_kernel(parse_kernel(text.replace("{n}", str(10**12))))
     with pytest.raises(VerificationError, match="out of"):
         verify_kernel(parse_kernel(text.replace("{n}", str(10**12 + 1))))
+
+
+TILED_LOCAL = """kernel @k(%x: f32[8,10], %y: f32[8]) {
+  local %t: f32[10]
+  for %i = 0 to 8 parallel {
+    for %j = 0 to 3 {
+      for %jj = 0 to min(sub(10, mul(%j, 4)), 4) {
+        %t[add(mul(%j, 4), %jj)] = %x[%i, add(mul(%j, 4), %jj)]
+      }
+    }
+    %y[%i] = %t[9]
+  }
+}"""
+
+
+def test_a_local_written_by_tiles_counted_from_outer_loops_is_written_first() -> None:
+    """The last tile's count, min(10 - 4 * j, 4), is at least 2 for every j in [0, 2]: each
+    thread writes %t before it reads it. With a fourth tile the count may be negative
+    (the loop may not run), and the read may see nothing."""
+    verify_kernel(parse_kernel(TILED_LOCAL))
+    with pytest.raises(VerificationError, match="local %t is read in parallel loop %i before"
+                                                " the iteration writes it"):
+        verify_kernel(parse_kernel(TILED_LOCAL.replace("for %j = 0 to 3", "for %j = 0 to 4")))
