@@ -208,6 +208,23 @@ class _Code:
                 f"{code.co_cellvars}|{code.co_argcount}|{code.co_kwonlyargcount}|"
                 f"{code.co_flags}")
 
+    def held_module(self, module: Any) -> str | None:
+        """Text for a module held in a plain attribute rather than as a submodule (Qwen2's
+        attention keeps its rotary function as one, in a dict): its classes and attributes,
+        when it holds no tensors (which the fingerprint would not hash) and no hooks."""
+        if next(module.parameters(), None) is not None or \
+                next(module.buffers(), None) is not None:
+            return None
+        parts = []
+        for path, sub in module.named_modules():
+            if sub._forward_hooks or sub._forward_pre_hooks:
+                return None
+            classes, attributes = self.of(type(sub)), _attributes(sub, self)
+            if classes is None or attributes is None:
+                return None
+            parts.append(f"{path}:{classes}:{attributes}:{sub.training}")
+        return "module(" + ";".join(parts) + ")"
+
     def value(self, value: Any) -> str | None:
         """Text for a value the code reads: itself for plain values, the code of functions
         and classes, a module's name and file; None for what cannot be vouched for."""
@@ -242,8 +259,8 @@ class _Code:
             return None  # a C method bound to an object whose state is unknown
         import torch
 
-        if isinstance(value, torch.nn.Module):  # weights the fingerprint does not hash
-            return None
+        if isinstance(value, torch.nn.Module):
+            return self.held_module(value)
         text = repr(value)
         if " at 0x" in text:
             return None

@@ -221,3 +221,19 @@ def test_a_module_reached_outside_the_submodules_has_no_fingerprint() -> None:
     exec("class Net(torch.nn.Module):\n    def forward(self, x):\n"
          "        return ENCODER(x)\n", namespace)
     assert module_fingerprint(namespace["Net"](), ("spec",), CPU) is None
+
+
+def test_a_module_held_in_an_attribute_is_vouched_for_by_its_code_when_it_has_no_tensors(
+        ) -> None:
+    """Qwen2's attention keeps its rotary function as a parameterless module in a dict:
+    its code and attributes are in the fingerprint (a change to them changes it); one that
+    holds weights, which the fingerprint would not hash, leaves the module without one."""
+    signature = ("spec", ("torch.float32", (3, 8)))
+    model = Net().eval()
+    model.functions = {"act": torch.nn.LeakyReLU(0.1)}
+    first = module_fingerprint(model, signature, CPU)
+    assert first is not None
+    model.functions = {"act": torch.nn.LeakyReLU(0.2)}
+    assert module_fingerprint(model, signature, CPU) not in (None, first)
+    model.functions = {"act": torch.nn.Linear(8, 8)}
+    assert module_fingerprint(model, signature, CPU) is None
