@@ -3,6 +3,7 @@
     report = ember.explain(fast)      # fast = ember.compile(model) after one call
     print(report)                     # kernels sorted by time, with totals
     report.kernels[0].ops             # ['conv', 'add', 'max']
+    report.flags                      # the slow kernels worth a look, with reasons
 
 Each kernel row names the graph ops it computes (several when they were fused; `origin`
 says where they came from), its schedule in brief (its parallel, unrolled and vectorized
@@ -11,7 +12,10 @@ its parameters span (what one call reads and writes at least) and its float oper
 (ember/loops/cost.py). With `measure=True` (the default) each kernel is also timed and set
 against the roofline of this machine (ember/runtime/machine.py): the time the kernel would
 take at the FMA peak or at the copy bandwidth, whichever binds, over the time it took. 100%
-is the roof.
+is the roof. A kernel that takes over FLAG_SHARE of the time below FLAG_ROOFLINE of its
+roof is flagged, with the reasons read off its loops at compile time
+(ember/loops/diagnose.py) and a small kernel's fixed costs; a flag with no reason is a gap
+in the compiler's knowledge, worth a look.
 
 Kernels are timed in their places in the program: the whole program runs step by step on
 its own buffers (its arena, its constants, random inputs), each step timed, so that what a

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ember.loops.analysis import access_kind, load_stride, plan_vector
-from ember.loops.cost import trip_count, weighted
+from ember.loops.cost import trip_count
 from ember.loops.ir import For, If, Kernel, Load, Stmt, Store, stmt_exprs, walk_expr, walk_stmts
 
 # The innermost loops looked at: the heaviest, until they carry this share of the work.
@@ -25,18 +25,20 @@ def slowness_notes(kernel: Kernel) -> list[str]:
     """Reasons `kernel` may run below its roofline, heaviest loop first ([] when none)."""
     shapes = {b.name: b.shape for b in (*kernel.params, *kernel.locals)}
     locals_ = {b.name for b in kernel.locals}
-    loops = _innermost_loops(kernel.body)
-    if not loops:
+    weights: dict[int, tuple[For, int]] = {}
+    _weigh(kernel.body, 1, None, weights)
+    if not weights:
         return []
-    weights = {id(loop): _weight(kernel, loop) for loop in loops}
-    total = sum(weights.values()) or 1
+    total = sum(w for _, w in weights.values()) or 1
     notes: list[str] = []
     covered = 0
-    for loop in sorted(loops, key=lambda lp: -weights[id(lp)])[:_MOST_LOOPS]:
+    innermost = [(loop, weight) for loop, weight in weights.values()
+                 if not any(isinstance(s, For) for s in walk_stmts(loop.body))]
+    for loop, weight in sorted(innermost, key=lambda lw: -lw[1])[:_MOST_LOOPS]:
         if covered >= _COVERED_SHARE * total:
             break
-        covered += weights[id(loop)]
-        share = f"{100 * weights[id(loop)] / total:.0f}% of its accesses"
+        covered += weight
+        share = f"{100 * weight / total:.0f}% of its accesses"
         note = _vector_note(loop, locals_, shapes) if loop.kind == "vectorized" \
             else _scalar_note(loop, locals_, shapes)
         if note and note not in notes:
@@ -46,22 +48,21 @@ def slowness_notes(kernel: Kernel) -> list[str]:
     return notes
 
 
-def _innermost_loops(stmts: list[Stmt]) -> list[For]:
-    return [s for s in walk_stmts(stmts) if isinstance(s, For)
-            and not any(isinstance(t, For) for t in walk_stmts(s.body))]
-
-
-def _weight(kernel: Kernel, loop: For) -> int:
-    """The loads and stores `loop`'s body makes in one call of the kernel."""
-    inside = {id(s) for s in walk_stmts(loop.body)}
-
-    def accesses(s: Stmt) -> int:
-        if id(s) not in inside:
-            return 0
-        return int(isinstance(s, Store)) + sum(isinstance(x, Load) for e in stmt_exprs(s)
-                                               for x in walk_expr(e))
-
-    return weighted(kernel.body, accesses)
+def _weigh(stmts: list[Stmt], trips: int, loop: For | None,
+           weights: dict[int, tuple[For, int]]) -> None:
+    """Add to `weights` (by id of the innermost loop around them) the loads and stores of
+    `stmts`, run `trips` times: each loop's trip count at most (one walk of the kernel;
+    `cost.weighted` evaluates bounds exactly, at many times the cost)."""
+    for s in stmts:
+        if isinstance(s, For):
+            _weigh(s.body, trips * max(1, trip_count(s)), s, weights)
+        elif isinstance(s, If):
+            _weigh(s.then, trips, loop, weights)
+            _weigh(s.orelse, trips, loop, weights)
+        elif loop is not None:
+            accesses = int(isinstance(s, Store)) + sum(
+                isinstance(x, Load) for e in stmt_exprs(s) for x in walk_expr(e))
+            weights[id(loop)] = (loop, weights.get(id(loop), (loop, 0))[1] + trips * accesses)
 
 
 def _loads(loop: For) -> list[Load]:

@@ -67,6 +67,10 @@ from ember.target import Target
 F32 = DType.f32
 PARAMETERS: Parameters = {}  # the tile is the graph pass's panel by a divisor of the plane
 PACKED_CONV_ROWS = 7  # output positions per tile: 7 x 32 lanes is 14 accumulators
+# Taps unrolled at most: a 3x3 filter's 9 unroll whole, a patch embedding's 16x16 unrolls a
+# row of 16 (its 32x32, CLIP's, unrolled whole, was 1024 copies of the tile's FMAs: a
+# minute of LLVM for one kernel).
+MAX_UNROLLED_TAPS = 16
 
 
 def panel_lanes(target: Target, channels: int) -> int | None:
@@ -200,7 +204,8 @@ def _packed_tiles(names: FreshNames, nest: WindowNest, panels: int, lanes: int
     zero = vector_loop(names, lanes, lambda jj: [Store(acc.name, (r, jj), Const(0.0, F32))])
     taps = For(kh, Const(0), Const(kh_n),
                [For(kw, Const(0), Const(kw_n), [each_row([vector_loop(names, lanes, tap)])], 1,
-                    "unrolled")], 1, "unrolled")
+                    "unrolled" if kw_n <= MAX_UNROLLED_TAPS else "serial")], 1,
+               "unrolled" if kh_n * kw_n <= MAX_UNROLLED_TAPS else "serial")
     body = [each_row([zero]), For(c, Const(0), Const(c_in), [taps]), each_row([copy]),
             write_back]
     # Tasks write disjoint tiles, which the default schedule cannot see through t's
