@@ -18,6 +18,7 @@ divisions are affine, which is what vector code and LLVM's vectorizer need.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from ember.dtypes import DType
@@ -115,6 +116,9 @@ def _divide(op: str, a: Expr, d: int, ranges: Ranges) -> Expr | None:
     from ember.loops.verify import interval
 
     terms = affine_terms(a)
+    scaled = _common_factor(op, terms, d, ranges)
+    if scaled is not None:
+        return scaled
     whole = [(c // d, t) for c, t in terms if c % d == 0]
     rest = [(c, t) for c, t in terms if c % d]
     if not whole and (span := interval(a, ranges)) is not None and not 0 <= span[0] <= span[1] < d:
@@ -128,6 +132,31 @@ def _divide(op: str, a: Expr, d: int, ranges: Ranges) -> Expr | None:
     if inside:
         return quotient
     return binary("add", quotient, Binary("floordiv", remainder, Const(d))) if whole else None
+
+
+def _common_factor(op: str, terms: list, d: int, ranges: Ranges) -> Expr | None:
+    """floordiv(g * h + low, g * k) = floordiv(h, k) and mod(g * h + low, g * k) =
+    mod(h, k) * g + low, for a factor g > 1 of d and of the coefficients of the terms in
+    h, when low lies in [0, g): a reshape that merges dims and one that splits them again
+    (a [56 * 56, 384] view of a [56, 56, 384] array read as [3136, 384]: floordiv(384 * i
+    + j, 21504) with 0 <= j < 384 is floordiv(i, 56))."""
+    from ember.loops.verify import interval
+
+    for g in sorted({math.gcd(c, d) for c, _ in terms}, reverse=True):
+        if g in (1, d):
+            continue
+        high = [(c // g, t) for c, t in terms if c % g == 0]
+        low = [(c, t) for c, t in terms if c % g]
+        span = interval(affine_sum(low), ranges) if low else (0, 0)
+        if not high or span is None or not 0 <= span[0] <= span[1] < g:
+            continue
+        inner = affine_sum(high)
+        divided = _divide(op, inner, d // g, ranges) or Binary(op, inner, Const(d // g))
+        if op == "floordiv":
+            return divided
+        return binary("add", binary("mul", divided, Const(g)), affine_sum(low)) if low \
+            else binary("mul", divided, Const(g))
+    return None
 
 
 def simplify_index(e: Expr, ranges: Ranges) -> Expr:

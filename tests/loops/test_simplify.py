@@ -36,6 +36,11 @@ CASES = [
     (e("mod", e("sub", FLAT, 1), 7), "mod(add(%j, -1), 7)"),
     (e("mod", e("add", I, 1), 5), "mod(add(%i, 1), 5)"),  # i + 1 reaches 5: kept
     (e("floordiv", e("mul", I, 3), 2), "floordiv(mul(%i, 3), 2)"),  # nothing to pull out
+    # A factor of the divisor and of i's coefficient, j below it: floordiv(i * 7 + j, 14)
+    # is floordiv(i, 2) (ConvNeXt's [56 * 56, 384] view of [56, 56, 384]).
+    (e("floordiv", FLAT, 14), "floordiv(%i, 2)"),
+    (e("mod", FLAT, 14), "add(mul(mod(%i, 2), 7), %j)"),
+    (e("floordiv", e("add", FLAT, 1), 14), "floordiv(add(add(mul(%i, 7), %j), 1), 14)"),
 ]
 
 
@@ -63,8 +68,8 @@ def test_simplify_kernel_keeps_values_and_drops_what_it_can() -> None:
     kernel = parse_kernel(RESHAPED)
     simple = simplify_kernel(kernel)
     text = print_kernel(simple)
-    # The row is a * 2 + floordiv(b * 3 + c, 6): b * 3 + c reaches 11, so one division stays.
-    assert "mul(%a, 2)" in text and "floordiv(add(mul(%b, 3), %c), 6)" in text
+    # The row is a * 2 + floordiv(b * 3 + c, 6), and with c < 3 that is floordiv(b, 2).
+    assert "%x[add(mul(%a, 2), floordiv(%b, 2)), add(mul(mod(%b, 2), 3), %c)]" in text
     x = np.arange(24, dtype=np.float32).reshape(4, 6)
     for k in (kernel, simple):
         y = np.zeros((2, 4, 3), np.float32)
