@@ -165,18 +165,19 @@ def schedule_attention(ctx: FreshNames, att: Attention, key_block: int, row_grou
             blocks whose keys past the end score -inf (their kt reads masked): every block
             then has the constant trip counts that unroll and vectorize, in one copy of
             the code (a peeled tail block, a second copy, made the loop 1.7x slower in a
-            parallel body at 512 keys, where it never ran). Else the last block is
-            shorter."""
+            parallel body at 512 keys, where it never ran)."""
             if not isinstance(keys, int):
-                return [loop(_ceil_div(keys, block), lambda kb: keys_from(kb * block, True,
+                return [loop(_ceil_div(keys, block), lambda kb: keys_from(kb * block, block,
                                                                           masked=True))]
-            whole = keys % block == 0
-            return [loop(_ceil_div(keys, block), lambda kb: keys_from(kb * block, whole))]
+            # A static number of keys: whole blocks, then the rest as a block of its own
+            # (DINOv2's 257 keys are a block of 256 and one of 1), each of a constant count.
+            whole, rest = divmod(keys, block)
+            stmts = [loop(whole, lambda kb: keys_from(kb * block, block))] if whole else []
+            return stmts + (keys_from(Const(whole * block), rest) if rest else [])
 
-        def keys_from(k0: Expr, whole: bool, masked: bool = False) -> list[Stmt]:
-            """The block of keys from k0: `block` of them when `whole`, else to the end;
-            `masked`: `block` of them, those past the end scoring -inf."""
-            count = Const(block) if whole and not masked else binary(
+        def keys_from(k0: Expr, size: int, masked: bool = False) -> list[Stmt]:
+            """The block of `size` keys from k0; `masked`: those past the end score -inf."""
+            count = Const(size) if not masked else binary(
                 "min", Const(block), binary("sub", as_expr(keys), k0))
 
             def inside(j: Expr) -> Expr:  # key k0 + j exists
@@ -208,7 +209,7 @@ def schedule_attention(ctx: FreshNames, att: Attention, key_block: int, row_grou
                         put(scores, (ii, t0 + j), scaled(ii, t0 + j))])]))
                 return stmts
 
-            key_tiles = partial(tiles, block if whole else count, tile)  # (masked: whole)
+            key_tiles = partial(tiles, size, tile)  # (masked: whole tiles, lanes past masked)
 
             def reduce_into(buf: Buffer, op: str, first: Expr,
                             lanes_of: Callable[[Expr, Expr], list[Stmt]]) -> list[Stmt]:
@@ -265,18 +266,9 @@ def schedule_attention(ctx: FreshNames, att: Attention, key_block: int, row_grou
                 return store
             return [If(Binary("lt", r0 + ii, as_expr(rows)), store, [])]
 
-        # With a short last block (a static number of keys that is not a whole number of
-        # blocks) the tiles that write the scores run a count of times that the verifier
-        # cannot bound below, so that it could not tell that each thread writes them before
-        # it reads them, and refused a parallel loop around the nest: zeroed once a group,
-        # they are written first (64 vector stores; 4 x 7 keys cost 224 vector FMAs).
-        zero_scores = [] if not isinstance(keys, int) or keys % block == 0 else [
-            each_row(lambda ii: lane_chunks(ctx, block, tile,
-                                            lambda j: [put(scores, (ii, j), ZERO)]))]
         return [each_row(lambda ii: [put(top, (ii,), NEG_INF), put(total, (ii,), ZERO),
                                      *lane_chunks(ctx, width, tile,
                                                   lambda e: [put(acc, (ii, e), ZERO)])]),
-                *zero_scores,
                 *key_blocks(),
                 each_row(finish)]
 
