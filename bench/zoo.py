@@ -164,7 +164,11 @@ ZOO: dict[str, Entry] = {
                      dict(hidden_size=64, num_layers=2, num_heads=4, vocab_size=1000,
                           attention_types=[[["global", "local"], 1]], window_size=8,
                           use_cache=False),
-                     size=128, tiny_size=16),
+                     size=128, tiny_size=16,
+                     # GPT-Neo does not scale its attention scores: eager in float32 is
+                     # itself 3.3e-4 from float64 at its usual size (Ember 5.3e-4; outputs
+                     # up to 4.6).
+                     tolerance=(1e-4, 1e-3)),
     "opt": Entry("decoder", "OPTModel", "text", dict(use_cache=False),
                  dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                       ffn_dim=128, word_embed_proj_dim=64, vocab_size=1000, use_cache=False),

@@ -14,11 +14,31 @@ from dataclasses import replace
 
 from ember.loops.analysis import access_kind, load_stride, plan_vector
 from ember.loops.cost import trip_count
-from ember.loops.ir import For, If, Kernel, Load, Stmt, Store, stmt_exprs, walk_expr, walk_stmts
+from ember.loops.ir import (
+    Binary,
+    Const,
+    Expr,
+    For,
+    If,
+    Kernel,
+    Load,
+    Stmt,
+    Store,
+    Var,
+    binary,
+    stmt_exprs,
+    walk_expr,
+    walk_stmts,
+)
 
 # The innermost loops looked at: the heaviest, until they carry this share of the work.
 _COVERED_SHARE = 0.8
 _MOST_LOOPS = 3
+_LANES = 16  # a vector's lanes, for asking whether a loop's body could run on them
+
+
+def _mentions(e: Expr, name: str) -> bool:
+    return any(isinstance(x, Var) and x.name == name for x in walk_expr(e))
 
 
 def slowness_notes(kernel: Kernel) -> list[str]:
@@ -97,14 +117,23 @@ def _scalar_note(loop: For, locals_: set[str], shapes: dict) -> str:
     name = loop.var.name
     trips = trip_count(loop)
     head = f"scalar: its inner loop %{name} ({trips} iterations)"
-    plan = plan_vector(replace(loop, kind="vectorized"), locals_, shapes, reductions=True)
+    # Planned as a loop of a vector's lanes: whether lanes could run its body at all.
+    lanes = replace(loop, kind="vectorized",
+                    stop=binary("add", loop.start, Const(max(1, min(trips, _LANES)))))
+    plan = plan_vector(lanes, locals_, shapes, reductions=True)
     if isinstance(plan, str):
         return f"{head} has no vector form: {plan}"
-    across = [x.buffer for x in _loads(loop) if x.buffer not in locals_
+    across = [x for x in _loads(loop) if x.buffer not in locals_
               and access_kind(x.index, name, shapes.get(x.buffer)) == "gather"]
+    divided = [x for x in across if any(
+        isinstance(e, Binary) and e.op in ("floordiv", "mod") and _mentions(e, name)
+        for i in x.index for e in walk_expr(i))]
+    if divided:
+        return (f"{head} reads %{divided[0].buffer} at an index that divides %{name} (a"
+                " reshape inlined into the kernel whose divisions did not simplify away)")
     if across:
-        return (f"{head} reads %{across[0]} across its layout (the loop order is against"
-                " the layout: a transpose or permute it could not block)")
+        return (f"{head} reads %{across[0].buffer} across its layout (the loop order is"
+                " against the layout: a transpose or permute it could not block)")
     if trips < 4:
         return f"{head} is too short for vector lanes"
     if plan.reductions:

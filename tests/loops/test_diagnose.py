@@ -91,3 +91,16 @@ def test_small_kernels_and_one_thread_notes_on_one_thread_machines() -> None:
     unexplained = Report([_kernel("k", 1.0, 0.01)], {}, _limits(2), 1.0, "in sequence")
     assert unexplained.flags[0].reasons == ()
     assert "    - no known reason" in str(unexplained)
+
+
+def test_a_division_left_by_a_reshape_is_named() -> None:
+    """A loop wider than a vector is asked about a vector's lanes of it; a division of its
+    variable in an index (a reshape that did not simplify) is what keeps it scalar."""
+    kernel = parse_kernel("""kernel @k(%x: f32[64,300], %y: f32[64,300]) {
+  for %i = 0 to 64 parallel {
+    for %j = 0 to 300 { %y[%i, %j] = %x[floordiv(%j, 5), mod(%j, 5)] }
+  }
+}""")
+    [note] = slowness_notes(kernel)
+    assert note.startswith("scalar: its inner loop %j (300 iterations) reads %x at an index"
+                           " that divides %j")
