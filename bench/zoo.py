@@ -301,8 +301,9 @@ def bench(name: str, repeat: int, threads: int, peers: set[str]) -> dict:
         start = time.perf_counter()
         compiled = ember.compile(model, inputs, config=ember.Config(executor="cpu"))
         warm_s = time.perf_counter() - start
-        error = float((compiled(*inputs) - expected).abs().max())
-        ok = matches(name, compiled(*inputs), expected)
+        got = compiled(*inputs)
+        error = float((got - expected).abs().max())
+        ok = matches(name, got, expected)
         ember_ms = bench_models.median_ms(lambda: compiled(*inputs), repeat)
         inductor_ms = None
         try:

@@ -188,6 +188,11 @@ def _beside_quotient(high: Expr, e: Expr, divisor: Expr) -> Expr | None:
 MAX_LOAD_STRIDE = 4
 
 
+def mentions(e: Expr, names: set[str]) -> bool:
+    """Whether `e` reads any of the variables `names`."""
+    return any(isinstance(v, Var) and v.name in names for v in walk_expr(e))
+
+
 def access_kind(index: Sequence[Expr], name: str, shape: Sequence[int] | None = None) -> str:
     """uniform, contiguous, strided or gather: how the lanes of a vectorized loop over
     `name` see an access at `index` (of a buffer of `shape`, whose merged dimensions count

@@ -12,19 +12,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ember.loops.analysis import access_kind, load_stride, plan_vector
+from ember.loops.analysis import access_kind, load_stride, mentions, plan_vector
 from ember.loops.cost import trip_count
 from ember.loops.ir import (
     Binary,
     Const,
-    Expr,
     For,
     If,
     Kernel,
     Load,
     Stmt,
     Store,
-    Var,
     binary,
     stmt_exprs,
     walk_expr,
@@ -35,10 +33,6 @@ from ember.loops.ir import (
 _COVERED_SHARE = 0.8
 _MOST_LOOPS = 3
 _LANES = 16  # a vector's lanes, for asking whether a loop's body could run on them
-
-
-def _mentions(e: Expr, name: str) -> bool:
-    return any(isinstance(x, Var) and x.name == name for x in walk_expr(e))
 
 
 def slowness_notes(kernel: Kernel) -> list[str]:
@@ -126,7 +120,7 @@ def _scalar_note(loop: For, locals_: set[str], shapes: dict) -> str:
     across = [x for x in _loads(loop) if x.buffer not in locals_
               and access_kind(x.index, name, shapes.get(x.buffer)) == "gather"]
     divided = [x for x in across if any(
-        isinstance(e, Binary) and e.op in ("floordiv", "mod") and _mentions(e, name)
+        isinstance(e, Binary) and e.op in ("floordiv", "mod") and mentions(e, {name})
         for i in x.index for e in walk_expr(i))]
     if divided:
         return (f"{head} reads %{divided[0].buffer} at an index that divides %{name} (a"

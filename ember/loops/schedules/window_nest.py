@@ -26,7 +26,7 @@ from typing import Any
 from ember.dtypes import DType
 from ember.errors import ScheduleError
 from ember.graph.symbolic import DimLike
-from ember.loops.analysis import affine_form
+from ember.loops.analysis import affine_form, mentions
 from ember.loops.ir import (
     INDEX,
     Binary,
@@ -117,11 +117,6 @@ def product_terms(nest: WindowNest) -> tuple[Expr, Expr] | None:
     if mentions(w, spatial) or mentions(marked, taps | spatial):
         return None
     return x, w
-
-
-def mentions(e: Expr, names: set[str]) -> bool:
-    """Whether `e` reads any of the variables `names`."""
-    return any(isinstance(v, Var) and v.name in names for v in walk_expr(e))
 
 
 def _extent(s: Stmt) -> int | None:
