@@ -3,6 +3,7 @@ bring them to Ember.
 
     python bench/zoo.py [--models bert,swin,...] [--threads 1,2] [--repeat 5] [--no-record]
     python bench/zoo.py --check [--tiny]      # correctness only, both doors, no peers
+    python bench/zoo.py --tune 2 [--executor ray]   # each model before and after tuning
 
 Every entry is built from its config object with random weights (nothing is downloaded) at
 batch 1 and its usual input size: 224x224 images, 128-token sequences, one second of 16 kHz
@@ -327,6 +328,62 @@ def bench(name: str, repeat: int, threads: int, peers: set[str]) -> dict:
             "matches": ok}
 
 
+def tune(name: str, repeat: int, budget: float, executor: str) -> dict:
+    """One entry timed with the default schedules, then tuned (into the tuning database
+    EMBER_TUNING_DB names, shared by the run's models) and timed again."""
+    import bench_models
+
+    import ember
+    from ember.loops.tune import TuningDatabase
+
+    model, inputs = build(name)
+    database = os.environ["EMBER_TUNING_DB"]
+    known = set(TuningDatabase(database).entries)
+    with torch.no_grad():
+        expected = model(*inputs)
+        default = ember.compile(model, inputs, config=ember.Config(executor="cpu"))
+        default_ms = bench_models.median_ms(lambda: default(*inputs), repeat)
+        start = time.perf_counter()
+        tuned = ember.compile(model, inputs, config=ember.Config(
+            executor="cpu", tune=True, tune_budget=budget, tune_executor=executor,
+            disk_cache=False))
+        tune_s = time.perf_counter() - start
+        got = tuned(*inputs)
+        tuned_ms = bench_models.median_ms(lambda: tuned(*inputs), repeat)
+    found = set(TuningDatabase(database).entries) - known
+    return {"model": name, "default": default_ms, "tuned": tuned_ms, "tune_s": tune_s,
+            "kernels": len(found), "matches": matches(name, got, expected)}
+
+
+def tune_table(rows: list[dict], names: list[str], threads: int, repeat: int, budget: float,
+               executor: str) -> list[str]:
+    import bench_models
+
+    lines = [f"### {datetime.date.today()}: the model zoo tuned, batch 1, f32, {threads}"
+             f" threads, {budget:g} s per kernel, {executor} executor (median of {repeat})",
+             "", f"Machine: {bench_models.machine()}.", "",
+             "| model | default ms | tuned ms | speed-up | kernels searched | tuning s |",
+             "|---|---:|---:|---:|---:|---:|"]
+    by_name = {r["model"]: r for r in rows}
+    for name in names:
+        r = by_name.get(name)
+        if r is None:
+            lines.append(f"| {name} | failed | | | | |")
+            continue
+        lines.append(f"| {name} | {r['default']:.2f} | {r['tuned']:.2f} |"
+                     f" {r['default'] / r['tuned']:.2f}x"
+                     f"{'' if r['matches'] else ' (over tolerance)'} | {r['kernels']} |"
+                     f" {r['tune_s']:.0f} |")
+    if rows:
+        ratios = [r["default"] / r["tuned"] for r in rows]
+        geomean = statistics.geometric_mean(ratios)
+        lines += ["", f"Geometric mean speed-up {geomean:.3f}x (range {min(ratios):.2f}-"
+                  f"{max(ratios):.2f}x); {sum(r['kernels'] for r in rows)} kernels searched"
+                  f" in {sum(r['tune_s'] for r in rows) / 60:.0f} minutes. Kernels a model"
+                  " shares with one tuned before it are not searched again."]
+    return lines
+
+
 def in_child(args: list[str]) -> dict | None:
     """Run this script on one model in a process of its own; its JSON line, or None when
     it failed (the failure's tail is printed)."""
@@ -385,6 +442,10 @@ def main() -> None:
                         help="the peers besides eager: inductor, ort (or none)")
     parser.add_argument("--check", action="store_true", help="correctness only")
     parser.add_argument("--tiny", action="store_true", help="the tiny versions (--check)")
+    parser.add_argument("--tune", type=float, metavar="BUDGET",
+                        help="time each model before and after tuning, BUDGET seconds per"
+                             " kernel")
+    parser.add_argument("--executor", default="local", help="the tuner's: local, ray, ray:ADDR")
     parser.add_argument("--no-record", action="store_true")
     parser.add_argument("--one", metavar="MODEL", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -397,8 +458,12 @@ def main() -> None:
         peers = set(args.peers.split(","))
         torch.set_num_threads(threads)
         os.environ["EMBER_NUM_THREADS"] = str(threads)
-        result = check(args.one, args.tiny) if args.check else bench(args.one, args.repeat,
-                                                                     threads, peers)
+        if args.check:
+            result = check(args.one, args.tiny)
+        elif args.tune is not None:
+            result = tune(args.one, args.repeat, args.tune, args.executor)
+        else:
+            result = bench(args.one, args.repeat, threads, peers)
         print(json.dumps(result))
         return
     if args.check:
@@ -414,7 +479,18 @@ def main() -> None:
         raise SystemExit(1 if failed else 0)
     import bench_models
 
+    if args.tune is not None:  # one database for the run: models share kernels
+        os.environ.setdefault("EMBER_TUNING_DB", tempfile.mktemp(prefix="zoo-tuning-",
+                                                                  suffix=".json"))
+        print(f"tuning database: {os.environ['EMBER_TUNING_DB']}", file=sys.stderr)
     for threads in map(int, args.threads.split(",")):
+        if args.tune is not None:
+            rows = [row for name in names if (row := in_child(
+                ["--one", name, "--threads", str(threads), "--repeat", str(args.repeat),
+                 "--tune", str(args.tune), "--executor", args.executor])) is not None]
+            bench_models.publish(tune_table(rows, names, threads, args.repeat, args.tune,
+                                            args.executor), not args.no_record)
+            continue
         rows = []
         for name in names:
             print(f"benchmarking {name} on {threads} threads ...", file=sys.stderr, flush=True)

@@ -1,4 +1,5 @@
-"""The model commands of the `ember` command line: compile, run, bench, explain, export, ir.
+"""The model commands of the `ember` command line: compile, run, bench, tune, explain,
+export, ir (and merge-tuning, which takes tuning databases).
 
 Each takes a model file: an ONNX model (`.onnx`) or a graph IR file (`.ir`, the text form).
 Inputs come from `--input NAME=FILE.npy` or are random (normal floats, zero integers);
@@ -179,6 +180,47 @@ def bench_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tuning_db(path: str | None):
+    from ember.config import Config
+    from ember.loops.tune import TuningDatabase
+    from ember.util.files import cache_dir
+
+    return TuningDatabase(path or Config().tuning_db or cache_dir() / "tuning.json")
+
+
+def tune_command(args: argparse.Namespace) -> int:
+    """Time the model with the default schedules, tune it, time it again."""
+    from ember.config import Config
+
+    graph, given = load_graph(args)
+    inputs = make_inputs(graph, given)
+    database = _tuning_db(args.db)
+    known = set(database.entries)
+    default = _compiled(graph)
+    before = _median_ms(lambda: default(*inputs), args.repeat)
+    config = Config(executor="cpu", disk_cache=False, tune=True, tune_budget=args.budget,
+                    tune_executor=args.executor, tuning_db=str(database.path))
+    start = time.perf_counter()
+    tuned = _compiled(graph, config)
+    seconds = time.perf_counter() - start
+    after = _median_ms(lambda: tuned(*inputs), args.repeat)
+    found = set(_tuning_db(args.db).entries) - known
+    print(f"tuned {len(found)} kernels in {seconds:.0f} s ({args.executor}); the database:"
+          f" {database.path}")
+    print(f"default schedules {before:9.3f} ms\ntuned             {after:9.3f} ms"
+          f"   ({before / after:.2f}x)")
+    return 0
+
+
+def merge_tuning_command(args: argparse.Namespace) -> int:
+    database = _tuning_db(args.db)
+    for path in args.files:
+        taken = database.merge(path)
+        print(f"{path}: {taken} records taken")
+    print(f"{database.path}: {len(database.entries)} records")
+    return 0
+
+
 def explain_command(args: argparse.Namespace) -> int:
     from ember.explain import explain
 
@@ -279,6 +321,23 @@ def add_model_commands(sub: Any) -> None:
     explain.add_argument("--svg", metavar="FILE", help="draw the graph, one colour per kernel")
     explain.add_argument("--no-time", action="store_true", help="skip timing the kernels")
     explain.set_defaults(run=explain_command)
+    tune = model_parser("tune", "search the model's schedules on this machine or a Ray"
+                                " cluster; time it before and after")
+    tune.add_argument("--budget", type=float, default=10.0,
+                      help="seconds of search per kernel the database lacks (default 10)")
+    tune.add_argument("--executor", default="local",
+                      help="where to measure: local, ray (RAY_ADDRESS, else a local"
+                           " instance) or ray:ADDRESS")
+    tune.add_argument("--db", metavar="FILE", help="the tuning database (default:"
+                      " EMBER_TUNING_DB, else tuning.json in the cache folder)")
+    tune.add_argument("--repeat", type=int, default=20)
+    tune.set_defaults(run=tune_command)
+    merge = sub.add_parser("merge-tuning", help="fold other machines' tuning databases into"
+                                                " this one's")
+    merge.add_argument("files", nargs="+", help="tuning database files (JSON)")
+    merge.add_argument("--db", metavar="FILE", help="the database to merge into (default:"
+                       " EMBER_TUNING_DB, else tuning.json in the cache folder)")
+    merge.set_defaults(run=merge_tuning_command)
     export = model_parser("export", "write a shared library, C header and example", False)
     export.add_argument("-o", "--output", required=True, help="the output folder")
     export.add_argument("--target", default="host",

@@ -27,6 +27,15 @@ class Config:
     tune: bool = field(default_factory=lambda: os.environ.get("EMBER_TUNE", "") not in
                        ("", "0", "false", "no"))
     tune_budget: float = 10.0
+    # Where the tuner measures (EMBER_TUNE_EXECUTOR): "local" (a worker process here),
+    # "ray" (a worker on each machine of the Ray cluster RAY_ADDRESS names, else of a new
+    # local instance; the `ember[ray]` extra) or "ray:ADDRESS" (docs/tuning.md).
+    tune_executor: str = field(default_factory=lambda: os.environ.get("EMBER_TUNE_EXECUTOR")
+                               or "local")
+    # The tuning database (EMBER_TUNING_DB): a JSON file, shared by every process and
+    # machine that names it; None is tuning.json in the cache folder.
+    tuning_db: str | None = field(default_factory=lambda: os.environ.get("EMBER_TUNING_DB")
+                                  or None)
     # Keep compiled code on disk (EMBER_CACHE_DIR) so that a new process skips every stage.
     disk_cache: bool = True
     # Make scaled dot-product attention one kernel with an online softmax (the
@@ -51,6 +60,9 @@ class Config:
         if self.executor not in EXECUTORS:
             raise EmberError(f"unknown executor '{self.executor}' (available:"
                              f" {', '.join(EXECUTORS)})")
+        if self.tune_executor != "local" and self.tune_executor.partition(":")[0] != "ray":
+            raise EmberError(f"unknown tuning executor '{self.tune_executor}' (available:"
+                             " local, ray, ray:ADDRESS)")
         if self.max_specializations < 1:
             raise EmberError("max_specializations must be at least 1")
         if isinstance(self.target, str) and not is_host(self.target):

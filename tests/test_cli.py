@@ -4,6 +4,7 @@ and one line on stderr."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -73,6 +74,22 @@ def test_bench_explain_ir(models) -> None:
                                                "loops"))
     assert "graph.fused" in ok(ember("ir", model, "--shape", "x=4,16"))
     assert "define" in ok(ember("ir", model, "--shape", "x=4,16", "--stage", "llvm"))
+
+
+def test_tune_then_merge_another_machines_database(models, tmp_path) -> None:
+    db, theirs = tmp_path / "tuning.json", tmp_path / "theirs.json"
+    out = ok(ember("tune", str(models / "mlp.onnx"), "--shape", "x=64,16", "--budget", "0.2",
+                   "--repeat", "3", "--db", str(db)))
+    assert "tuned 1 kernels" in out and "tuned  " in out and "x)" in out
+    (key, record), = json.loads(db.read_text()).items()
+    assert key.startswith("gemm/-/64x8x16/") and record["tried"] >= 1
+    theirs.write_text(json.dumps({"gemm/another-machine": record}))
+    out = ok(ember("merge-tuning", str(theirs), "--db", str(db)))
+    assert "1 records taken" in out and f"{db}: 2 records" in out
+    one_line_error(ember("merge-tuning", str(tmp_path / "none.json"), "--db", str(db)),
+                   "no tuning database")
+    one_line_error(ember("tune", str(models / "mlp.onnx"), "--shape", "x=64,16",
+                         "--executor", "slurm", "--db", str(db)), "unknown tuning executor")
 
 
 def test_export_then_run_without_python(models, tmp_path) -> None:

@@ -138,9 +138,12 @@ def lower_to_program(graph: Graph, config: Config, timings: dict | None = None,
         tuning = tuning_session(config, backend)
         program = stages.run("lowering", lambda: lower_graph(optimized, target),
                              loop_ir("lowered.ir"))
-        program = stages.run("scheduling",
-                             lambda: verify_program(schedule_program(program, target, tuning)),
-                             loop_ir("loops.ir"))
+        try:
+            program = stages.run(
+                "scheduling", lambda: verify_program(schedule_program(program, target, tuning)),
+                loop_ir("loops.ir"))
+        finally:
+            tuning.close()
         if stages.folder is not None:
             write_atomically(stages.folder / "schedules.json", _schedules_text(tuning))
         if schedules is not None:
@@ -174,8 +177,9 @@ def tuning_session(config: Config, backend: Backend):
         return Tuning(config.target, ScheduleFile(config.schedules), machine_in_keys=False)
     if not config.tune:
         return Tuning(config.target)
-    return Tuning(config.target, TuningDatabase(cache_dir() / "tuning.json"), backend.measure,
-                  search=True, budget_seconds=config.tune_budget, threads=default_num_threads())
+    return Tuning(config.target, TuningDatabase(config.tuning_db or cache_dir() / "tuning.json"),
+                  backend.measure, search=True, budget_seconds=config.tune_budget,
+                  threads=default_num_threads(), executor_name=config.tune_executor)
 
 
 def _schedules_text(tuning) -> str:

@@ -1,11 +1,17 @@
 """The tuner: a tuned compile searches matmul schedules, other scheduling steps'
-parameters and lowerings' knobs, in a worker process, keeps the winner in the database, and
-later tuned compiles reuse it; a crashing candidate does not take the caller down."""
+parameters and lowerings' knobs through an executor (a worker process here, workers on a
+Ray cluster: tests/loops/test_tune_ray.py), keeps the winner in the database, and later
+tuned compiles reuse it; a crashing or hanging candidate does not take the caller down."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
 import json
+import multiprocessing
+import socket
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -14,7 +20,7 @@ import ember
 from ember.driver.pipeline import lower_to_program
 from ember.loops.text import parse_kernel, print_kernel
 from ember.loops.tune import Tuning, TuningDatabase, knobs
-from ember.loops.tune.worker import run_isolated
+from ember.loops.tune.executor import Executor, LocalExecutor, run_all
 from ember.target import Target
 
 HOST = Target.host()
@@ -28,10 +34,87 @@ def _answer(x: int) -> int:
     return x + 1
 
 
-def test_a_crash_in_the_worker_is_a_result() -> None:
-    assert run_isolated(_answer, 41) == (42, None)
-    result, why = run_isolated(_crash)
-    assert result is None and "crashed" in why
+def _hang() -> None:
+    time.sleep(600)
+
+
+def _run(executor: Executor, jobs: list, budget: float = 60.0, timeout: float = 60.0):
+    heard: dict[int, tuple] = {}
+    results = run_all(executor, len(jobs), jobs.__getitem__, budget,
+                      lambda i, result, why: heard.__setitem__(i, (result, why)), timeout)
+    return results, heard
+
+
+def test_a_crash_or_a_hang_in_the_worker_is_a_result() -> None:
+    """A crashed or hung worker is replaced; the jobs after it run on the new one."""
+    executor = LocalExecutor()
+    try:
+        results, heard = _run(executor, [(_answer, (41,)), (_crash, ()), (_answer, (1,))])
+        assert [(i, r) for i, r, _ in results] == [(0, 42), (2, 2)]
+        assert heard[1][0] is None and "crashed" in heard[1][1]
+        results, heard = _run(executor, [(_hang, ()), (_answer, (2,))], timeout=3.0)
+        assert heard[0] == (None, "timed out after 3 s") and heard[1] == (3, None)
+    finally:
+        executor.close()
+
+
+def test_a_job_that_raises_is_a_result_and_the_budget_stops_new_jobs() -> None:
+    executor = LocalExecutor()
+    try:
+        _, heard = _run(executor, [(int, ("x",)), (_answer, (0,))])
+        assert heard[0][0] is None and heard[0][1].startswith("ValueError: invalid literal")
+        assert heard[1] == (1, None)
+        # A spent budget still runs the first job, and no other.
+        results, heard = _run(executor, [(_answer, (i,)) for i in range(5)], budget=0.0)
+        assert [(i, r) for i, r, _ in results] == [(0, 1)] and list(heard) == [0]
+    finally:
+        executor.close()
+
+
+class _Machines(Executor):
+    """Three machines, simulated by threads: each runs one job at a time."""
+
+    slots = 3
+
+    def __init__(self) -> None:
+        self.pool = concurrent.futures.ThreadPoolExecutor(3)
+        self.busy: set[int] = set()
+        self.most = 0
+        self.lock = threading.Lock()
+
+    def start(self, slot, fn, args):
+        def job():
+            with self.lock:
+                assert slot not in self.busy  # one measurement per machine at a time
+                self.busy.add(slot)
+                self.most = max(self.most, len(self.busy))
+            try:
+                return fn(*args)
+            finally:
+                with self.lock:
+                    self.busy.discard(slot)
+        return self.pool.submit(job)
+
+    def replace(self, slot) -> None:
+        pass
+
+    def crashed(self, error) -> bool:
+        return False
+
+    def machine(self, slot) -> str:
+        return f"m{slot}"
+
+    def close(self) -> None:
+        self.pool.shutdown()
+
+
+def test_jobs_spread_over_an_executors_machines_one_at_a_time_each() -> None:
+    machines = _Machines()
+    jobs = [(lambda i=i: (time.sleep(0.05), i)[1], ()) for i in range(9)]
+    results, heard = _run(machines, jobs)
+    machines.close()
+    assert sorted(r for _, r, _ in results) == list(range(9)) and len(heard) == 9
+    assert machines.most == 3 and {m for _, _, m in results} == {"m0", "m1", "m2"}
 
 
 def matmul_graph():
@@ -53,6 +136,7 @@ def test_tuned_compile_stores_and_reuses_the_winner(monkeypatch, tmp_path, capsy
     (key, record), = entries.items()
     assert key.startswith("gemm/-/48x40x96/f32/") and record["tried"] >= 1
     assert record["seconds"] > 0 and {"mr", "nr", "kc"} <= set(record["schedule"])
+    assert record["measured_on"] == [socket.gethostname()]
     assert "tuning matmul 48x40x96" in capsys.readouterr().err
     # A second tuned compile (another graph, same matmul) measures nothing new.
     b = ember.Builder("again")
@@ -161,11 +245,48 @@ def test_tuned_compile_searches_a_scheduling_steps_parameters(monkeypatch, tmp_p
 ])
 def test_the_defaults_stay_unless_clearly_beaten(monkeypatch, tmp_path, measured,
                                                  winner) -> None:
-    monkeypatch.setattr(knobs, "search", lambda *args: measured)
+    monkeypatch.setattr(knobs, "search", lambda *args: (measured, ["here"]))
     db = TuningDatabase(tmp_path / "tuning.json")
     kernel = parse_kernel("kernel @k(%y: f32[4]) {\n}")
     texts = [f"kernel @k(%y: f32[{a}]) {{\n}}" for a in (1, 2, 3)]  # each its own code
     tuning = Tuning(HOST, db, measure=lambda text, outputs: 0.0, search=True,
                     budget_seconds=1.0, machine_in_keys=False)
-    chosen, seconds, tried = knobs.search_texts("k/x/cpu", kernel, texts, 1, tuning)
-    assert chosen == winner and tried == len(measured)
+    chosen, seconds, tried, machines = knobs.search_texts("k/x/cpu", kernel, texts, 1, tuning)
+    assert chosen == winner and tried == len(measured) and machines == ["here"]
+
+
+# -- the database --------------------------------------------------------------------------
+
+def test_merging_databases_keeps_the_faster_record(tmp_path) -> None:
+    ours = TuningDatabase(tmp_path / "ours.json")
+    ours.put("a", {"schedule": {"x": 1}, "seconds": 2.0})
+    ours.put("b", {"schedule": {"x": 1}, "seconds": 1.0})
+    ours.put("c", {"schedule": {"x": 1}, "seconds": float("nan")})  # nothing built
+    theirs = TuningDatabase(tmp_path / "theirs.json")
+    for key, seconds in (("a", 1.0), ("b", 3.0), ("c", 5.0), ("d", 4.0)):
+        theirs.put(key, {"schedule": {"x": 2}, "seconds": seconds})
+    assert ours.merge(tmp_path / "theirs.json") == 3
+    merged = TuningDatabase(tmp_path / "ours.json").entries
+    assert {k: r["schedule"]["x"] for k, r in merged.items()} == {"a": 2, "b": 1, "c": 2, "d": 2}
+    with pytest.raises(ember.EmberError, match="no tuning database"):
+        ours.merge(tmp_path / "missing.json")
+
+
+def _write_records(path: str, prefix: str, count: int) -> None:
+    db = TuningDatabase(path)
+    for i in range(count):
+        db.put(f"{prefix}{i}", {"schedule": {}, "seconds": 1.0})
+
+
+def test_processes_tuning_into_one_database_lose_nothing(tmp_path) -> None:
+    """Each write reads what the others wrote, under a lock: no process's records vanish."""
+    path = str(tmp_path / "shared.json")
+    context = multiprocessing.get_context("spawn")
+    writers = [context.Process(target=_write_records, args=(path, prefix, 40))
+               for prefix in "pq"]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join(60)
+    assert sorted(TuningDatabase(path).entries) == sorted(
+        f"{p}{i}" for p in "pq" for i in range(40))

@@ -2,9 +2,10 @@
 context (no global state). It answers which parameters each tunable kernel gets: the
 database's record (a tuning database's winners, or a schedules file given back), else the
 defaults; with `search`, kernels the database lacks are measured first, through the
-backend's `measure` (a kernel's loop-IR text and its output count -> seconds, run in a
-worker). Every kernel's parameters, chosen or default, are noted in `chosen`: a model's
-schedules, which can be written out, edited and given back (`ScheduleFile`)."""
+backend's `measure` (a kernel's loop-IR text and its output count -> seconds, run by the
+session's executor: a worker process here, or workers on a Ray cluster). Every kernel's
+parameters, chosen or default, are noted in `chosen`: a model's schedules, which can be
+written out, edited and given back (`ScheduleFile`)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,23 @@ class Tuning:
     # file is one model's, given back as it is.
     machine_in_keys: bool = True
     chosen: dict[str, dict] = field(default_factory=dict)  # key -> the kernel's record
+    # Where measurements run: "local", "ray" or "ray:ADDRESS" (executor.py); started at the
+    # first search, stopped by `close`.
+    executor_name: str = "local"
+    _executor: Any = field(default=None, repr=False)
+
+    def executor(self) -> Any:
+        if self._executor is None:
+            from ember.loops.tune.executor import make_executor
+
+            self._executor = make_executor(self.executor_name, self.target, self.threads)
+        return self._executor
+
+    def close(self) -> None:
+        """Stop the executor's workers, if a search started them."""
+        if self._executor is not None:
+            self._executor.close()
+            self._executor = None
 
     @property
     def machine(self) -> str:

@@ -1,5 +1,5 @@
 """Tuning the matmul schedule: candidates around the default (tile shape, blocks, parallel
-tasks), each compiled as a matmul of the kernel's shapes and timed in a worker process.
+tasks), each compiled as a matmul of the kernel's shapes and timed by the session's executor.
 
 A key names what the winner depends on: the batch extents, M, N, K, the dtype, whether B
 has batch dims or comes packed in panels (`Gemm.b_panels`), the CPU and the thread count.
@@ -106,12 +106,12 @@ def tune_gemm(g: Any, tuning: Tuning, max_candidates: int = 24) -> dict:
                          target.lanes(g.a.dtype))[:max_candidates]
     label = f"matmul {'x'.join(map(str, spec['batch'])) + 'x' if spec['batch'] else ''}" \
             f"{g.m}x{g.n}x{g.depth}"
-    measured = search(label, options, lambda schedule: (
+    measured, machines = search(label, options, lambda schedule: (
         tuning.measure, scheduled_text(spec, dataclasses.asdict(schedule), target), 1),
-        tuning.budget_seconds)
+        tuning)
     # Nothing built: keep the default, unmeasured.
     winner, seconds = min(measured, key=lambda m: m[1], default=(options[0], float("nan")))
     record = {"schedule": dataclasses.asdict(winner), "seconds": seconds,
-              "tried": len(measured)}
+              "tried": len(measured), "measured_on": machines}
     tuning.store(key, record)
     return record

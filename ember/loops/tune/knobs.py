@@ -4,8 +4,8 @@ searched by ember/loops/tune/gemm.py): the candidates' value sets (`value_sets`:
 defaults first, then a sample of the choices), the key a kernel's winner is stored under
 (`kernel_key`: the step's name and a hash of the plain nest's loop IR, nothing of where
 in a model it sits; the database adds the machine), and the timing (`search_texts`: each
-candidate scheduled in full, timed alone by the backend in a worker process until the
-budget is spent, candidates that schedule alike timed once).
+candidate scheduled in full, timed alone by the backend through the session's executor until
+the budget is spent, candidates that schedule alike timed once).
 """
 
 from __future__ import annotations
@@ -54,19 +54,20 @@ def value_sets(asked: Choices, seed: int = 0) -> list[dict[str, dict[str, int]]]
 
 
 def search_texts(key: str, kernel: Kernel, texts: list[str], outputs: int,
-                 tuning: Tuning) -> tuple[int, float, int]:
+                 tuning: Tuning) -> tuple[int, float, int, list[str]]:
     """Time the scheduled kernels `texts` (the defaults' first; those that print alike
-    once) in a worker within the session's budget: (the winner's position, its seconds,
-    how many ran). The defaults stay unless another is clearly faster: a win within the
-    noise of timing a short kernel would change code for nothing."""
+    once) through the session's executor within its budget: (the winner's position, its
+    seconds, how many ran, the machines that measured). The defaults stay unless another
+    is clearly faster: a win within the noise of timing a short kernel would change code
+    for nothing."""
     first: dict[str, int] = {}  # value sets that schedule alike (clamped by a small kernel)
     for i, text in enumerate(texts):
         first.setdefault(text, i)
     results = ", ".join(f"{p.dtype.value}[{','.join(map(str, p.shape))}]"
                         for p in kernel.params[len(kernel.params) - outputs:])
-    measured = search(f"{key.split('/', 1)[0]} -> {results}", list(first.values()),
-                      lambda i: (tuning.measure, texts[i], outputs), tuning.budget_seconds)
+    measured, machines = search(f"{key.split('/', 1)[0]} -> {results}", list(first.values()),
+                                lambda i: (tuning.measure, texts[i], outputs), tuning)
     winner, seconds = min(measured, key=lambda m: m[1], default=(0, float("nan")))
     if measured and measured[0][0] == 0 and seconds > (1 - MIN_GAIN) * measured[0][1]:
         winner, seconds = measured[0]
-    return winner, seconds, len(measured)
+    return winner, seconds, len(measured), machines
