@@ -295,9 +295,10 @@ def _search_nest(kernel: Kernel, target: Target, tuning: Tuning, matmuls: list,
                  *later]
         texts.append(print_kernel(_default_scheduling(kernel, target, matmuls, steps).kernel))
     outputs = len(stored_buffers(kernel.body) & {b.name for b in kernel.params})
-    winner, seconds, tried, machines = search_texts(key, kernel, texts, outputs, tuning)
-    record = {"schedule": options[winner], "seconds": seconds, "tried": tried,
-              "measured_on": machines}
+    winner, seconds, defaults, tried, machines = search_texts(key, kernel, texts, outputs,
+                                                              tuning)
+    record = {"schedule": options[winner], "seconds": seconds, "default_seconds": defaults,
+              "tried": tried, "measured_on": machines}
     tuning.store(key, record)
     return record
 

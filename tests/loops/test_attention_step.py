@@ -20,9 +20,11 @@ from ember.loops.ir import Const, For, walk_stmts
 from ember.loops.lower import lower_graph
 from ember.loops.primitives import PRIMITIVES
 from ember.loops.schedules import attention as att
+from ember.loops.schedules.gemm import register_tile
 from ember.target import Target
 
 HOST = Target.host()
+F32 = DType.f32
 RNG = np.random.default_rng(41)
 
 
@@ -118,7 +120,9 @@ def test_the_step_refuses_what_it_cannot_schedule() -> None:
 
 
 def test_the_compiled_kernel_has_the_default_schedule_and_its_values() -> None:
-    """The default step: key blocks of 256, groups of 4 rows, tiles of four vectors."""
+    """The default step: key blocks of 256, and the GEMM micro-kernel's register tile
+    (rows by vectors) in the registers: 6 x 2 with AVX2's 16, 6 x 4 with AVX-512's 32 on
+    two FMA units."""
     graph = attention_graph(b=1, rows=9, dim=8, keys=300, width=20, mask=True)
     arrays = inputs(graph)
     config = ember.Config(executor="cpu", disk_cache=False)
@@ -126,10 +130,16 @@ def test_the_compiled_kernel_has_the_default_schedule_and_its_values() -> None:
     np.testing.assert_allclose(got, ember.interpret(graph, arrays)[0], rtol=1e-4, atol=1e-5)
     kernel = plain_kernel(graph)
     (_, nest), = att.nests(kernel)
-    assert att.default_parameters(nest, HOST) == {"key_block": 256, "row_group": 4,
-                                                  "tile_vectors": 4}
+    rows, lanes = register_tile(HOST)
+    assert att.default_parameters(nest, HOST) == {
+        "key_block": 256, "row_group": min(rows, 8), "tile_vectors": lanes // HOST.lanes(F32)}
     assert att.step_arguments(nest, att.default_parameters(nest, HOST), HOST) == \
-        (256, 4, 4 * HOST.lanes(DType.f32))
+        (256, min(rows, 8), lanes)
+    for preset, tile in (("znver3", (6, 2)), ("sapphirerapids", (6, 4))):
+        values = att.default_parameters(nest, Target.named(preset))
+        assert (values["row_group"], values["tile_vectors"]) == tile
+        rows, vectors = tile  # accumulators, the vectors of kt and a broadcast of q
+        assert rows * vectors + vectors + 1 <= Target.named(preset).vector_registers
 
 
 @pytest.mark.parametrize("keys", [197, 257, 300])

@@ -173,8 +173,9 @@ def test_depthwise_nest_reads_a_padded_plane_in_vectors(batch: int) -> None:
     loops = [s for s in walk_stmts(kernel.body) if isinstance(s, For)]
     assert {"parallel", "vectorized", "unrolled"} <= {loop.kind for loop in loops}
     plane = max(kernel.locals, key=lambda b: b.numel)
-    # Padded rows times the columns two vectors read, rounded up to whole vectors.
-    assert plane.numel == -(-30 * (2 * 16 + 2) // 16) * 16
+    # A row of 28 outputs is one block: padded rows times 28 + 2 columns, rounded up to
+    # whole blocks.
+    assert plane.numel == -(-30 * (28 + 2) // 28) * 28
     # The taps read the plane, never x under a test: no selects in the sums.
     exprs = [e for s in walk_stmts(kernel.body) for e in _exprs(s)]
     assert any(isinstance(e, Fma) for e in exprs)
@@ -312,19 +313,21 @@ def test_depthwise_strided_plane_copies_are_strided_loads(stride: int) -> None:
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("height,width,chains", [(56, 56, 8), (13, 64, 4), (4, 64, 8),
-                                                  (14, 14, 7), (7, 7, 1), (9, 20, 6)])
+@pytest.mark.parametrize("height,width,accumulators", [
+    (56, 56, (2, 56)), (13, 64, (1, 64)), (4, 64, (2, 64)), (14, 14, (7, 14)),
+    (7, 7, (7, 7)), (9, 20, (3, 20)), (6, 100, (6, 16))])
 def test_depthwise_sums_a_group_of_output_vectors_at_once(height: int, width: int,
-                                                          chains: int) -> None:
-    """Rows first, then blocks of 16 columns (on 16 lanes), up to 8 accumulators a group
-    (rows of an odd width keep one): the accumulator local holds a vector per chain, and
-    every grouping computes the conv (on the host)."""
+                                                          accumulators: tuple) -> None:
+    """On 16 lanes: a row of up to 4 vectors is one block, its columns the lanes, and rows
+    of it make up about 8 vectors (a divisor of the height); a wider row is blocks of 16
+    columns, 8 at once. The accumulator local holds a block per chain, and every grouping
+    computes the conv (on the host)."""
     b = Builder("dw")
     b.output(b.conv(b.input("x", "f32", (1, 3, height, width)),
                     b.input("w", "f32", (3, 1, 3, 3)), pads=(1, 1, 1, 1), groups=3))
     graph = b.build()
     (kernel,) = schedule_program(lower_graph(graph, target=SPR), SPR).kernels
-    assert kernel.locals[1].shape == (chains, min(16, width))
+    assert kernel.locals[1].shape == accumulators
     x, w = data(1, 3, height, width), data(3, 1, 3, 3)
     got = ember.compile(graph, config=CPU)(x, w)[0]
     want = torch_conv(x, w, None, (1, 1), (1, 1, 1, 1), (1, 1), 3)

@@ -137,6 +137,7 @@ def test_tuned_compile_stores_and_reuses_the_winner(monkeypatch, tmp_path, capsy
     assert key.startswith("gemm/-/48x40x96/f32/") and record["tried"] >= 1
     assert record["seconds"] > 0 and {"mr", "nr", "kc"} <= set(record["schedule"])
     assert record["measured_on"] == [socket.gethostname()]
+    assert record["default_seconds"] >= record["seconds"]
     assert "tuning matmul 48x40x96" in capsys.readouterr().err
     # A second tuned compile (another graph, same matmul) measures nothing new.
     b = ember.Builder("again")
@@ -210,7 +211,7 @@ def test_tuned_compile_searches_the_attention_steps_parameters_and_reuses_them(
     text = print_kernel(program.kernels[0])
     assert "f32[2,40]" in text and "f32[2,16]" in text  # the scores and sums of 2 rows
     untuned, _ = lower_to_program(graph, ember.Config(executor="cpu", disk_cache=False))
-    assert "f32[4,40]" in print_kernel(untuned.kernels[0])
+    assert "f32[2,40]" not in print_kernel(untuned.kernels[0])
 
 
 def test_tuned_compile_searches_a_scheduling_steps_parameters(monkeypatch, tmp_path,
@@ -251,8 +252,10 @@ def test_the_defaults_stay_unless_clearly_beaten(monkeypatch, tmp_path, measured
     texts = [f"kernel @k(%y: f32[{a}]) {{\n}}" for a in (1, 2, 3)]  # each its own code
     tuning = Tuning(HOST, db, measure=lambda text, outputs: 0.0, search=True,
                     budget_seconds=1.0, machine_in_keys=False)
-    chosen, seconds, tried, machines = knobs.search_texts("k/x/cpu", kernel, texts, 1, tuning)
+    chosen, seconds, defaults, tried, machines = knobs.search_texts("k/x/cpu", kernel, texts,
+                                                                    1, tuning)
     assert chosen == winner and tried == len(measured) and machines == ["here"]
+    assert defaults == (1.0 if measured[0][0] == 0 else pytest.approx(float("nan"), nan_ok=True))
 
 
 # -- the database --------------------------------------------------------------------------

@@ -73,12 +73,13 @@ from ember.target import Target
 F32 = DType.f32
 NEG_INF = Const(float("-inf"), F32)
 ZERO = Const(0.0, F32)
-# key_block: keys per block (the scores of a group's rows take 4 KiB); row_group: query
-# rows at once (each load of kt and v serves them all); tile_vectors: vectors per row of a
-# register tile (4 x 4 accumulators).
+# key_block: keys per block (a group's scores take a few KiB); row_group: query rows at
+# once (each load of kt and v serves them all); tile_vectors: vectors per row of a register
+# tile. The tile's defaults are the target's GEMM micro-kernel (`default_parameters`);
+# three vectors are no choice, as no key block is a whole number of them.
 PARAMETERS: Parameters = {"key_block": (256, (64, 128, 256, 512)),
                           "row_group": (4, (2, 4, 6, 8)),
-                          "tile_vectors": (4, (1, 2, 3, 4))}
+                          "tile_vectors": (4, (1, 2, 4))}
 
 # Keys known only at call time run in whole blocks of at most this many, those past the end
 # masked: a short sequence wastes less of its last block (bert-base's attention at 128
@@ -476,8 +477,18 @@ def nests(kernel: Kernel, windows=None) -> list[tuple[str, AttentionNest]]:
 
 
 def default_parameters(nest: AttentionNest, target: Target) -> dict[str, int]:
-    """The attention step's parameters on `target`: PARAMETERS' defaults."""
-    return {name: value for name, (value, _) in PARAMETERS.items()}
+    """The attention step's parameters on `target`: a register tile of the GEMM
+    micro-kernel's shape (`register_tile`: rows times vectors of accumulators, the
+    vectors of kt or v and a broadcast of q fill the registers), at most the largest
+    row group; PARAMETERS' key block. A 4 x 4 tile on AVX2's 16 registers spilled: 6 x 2
+    ran 1.5-2.9x faster (docs/benchmarks.md, 2026-12-06, stop 40)."""
+    from ember.loops.schedules.gemm import register_tile, tile_vectors
+
+    vectors = tile_vectors(target)
+    rows, _ = register_tile(target, vectors)
+    return {"key_block": PARAMETERS["key_block"][0],
+            "row_group": min(rows, max(PARAMETERS["row_group"][1])),
+            "tile_vectors": vectors}
 
 
 def step_arguments(nest: AttentionNest, values: dict[str, int], target: Target) -> tuple:

@@ -285,7 +285,18 @@ def b_rows_contiguous(g: Gemm) -> bool:
 def default_gemm_schedule(g: Gemm, target: Target) -> GemmSchedule:
     """The schedule a matmul gets on `target` (a tuned compile asks the database first)."""
     rows = g.m * math.prod(e for _, e in g.batch) if folds_batches(g) else g.m
-    return default_tile(g.m, bool(g.batch), g.n, target, size_hint(rows), a_row_pitch(g))
+    schedule = default_tile(g.m, bool(g.batch), g.n, target, size_hint(rows), a_row_pitch(g))
+    return dataclasses.replace(schedule, nc=block_columns(schedule, g.depth, g.n))
+
+
+def block_columns(schedule: GemmSchedule, depth: DimLike, n: int) -> int:
+    """The columns of a B block for a matmul of depth K: `schedule.nc`, or more (up to N) at
+    a depth under 256, so that the block keeps B_BLOCK_BYTES. Each column block reads all
+    of A again: at K = 32, 64 or 96, A is the larger operand, and N in one block ran 1.2-
+    3.4x faster (SegFormer's and LeViT's matmuls, docs/benchmarks.md, 2026-12-06, stop 40)."""
+    nr = schedule.nr
+    widest = B_BLOCK_BYTES // (4 * hint(depth)) // nr * nr
+    return max(schedule.nc, min(widest, -(-n // nr) * nr))
 
 
 def default_tile(rows: DimLike, batched: bool, n: int, target: Target,
@@ -467,6 +478,10 @@ def matrix_tile(target: Target, rows: int | None = None, a_pitch: int | None = N
 # than 256 at 256-2048 (docs/benchmarks.md).
 MC_ROWS = 96
 NC_COLUMNS = 64
+
+# The bytes of a packed B block that NC_COLUMNS columns make at K = 256, where they were
+# measured best: a shallower matmul's block is as many bytes, so more columns.
+B_BLOCK_BYTES = 4 * 256 * NC_COLUMNS
 
 
 def cache_blocks(target: Target, mr: int, nr: int) -> dict[str, int]:

@@ -112,6 +112,12 @@ def tune_gemm(g: Any, tuning: Tuning, max_candidates: int = 24) -> dict:
     # Nothing built: keep the default, unmeasured.
     winner, seconds = min(measured, key=lambda m: m[1], default=(options[0], float("nan")))
     record = {"schedule": dataclasses.asdict(winner), "seconds": seconds,
+              "default_seconds": _defaults_seconds(measured, options[0]),
               "tried": len(measured), "measured_on": machines}
     tuning.store(key, record)
     return record
+
+
+def _defaults_seconds(measured: list[tuple[Any, float]], default: Any) -> float:
+    """The default schedule's time among `measured` (NaN when it did not build)."""
+    return next((seconds for option, seconds in measured if option == default), float("nan"))

@@ -54,12 +54,12 @@ def value_sets(asked: Choices, seed: int = 0) -> list[dict[str, dict[str, int]]]
 
 
 def search_texts(key: str, kernel: Kernel, texts: list[str], outputs: int,
-                 tuning: Tuning) -> tuple[int, float, int, list[str]]:
+                 tuning: Tuning) -> tuple[int, float, float, int, list[str]]:
     """Time the scheduled kernels `texts` (the defaults' first; those that print alike
     once) through the session's executor within its budget: (the winner's position, its
-    seconds, how many ran, the machines that measured). The defaults stay unless another
-    is clearly faster: a win within the noise of timing a short kernel would change code
-    for nothing."""
+    seconds, the defaults' seconds, how many ran, the machines that measured). The
+    defaults stay unless another is clearly faster: a win within the noise of timing a
+    short kernel would change code for nothing."""
     first: dict[str, int] = {}  # value sets that schedule alike (clamped by a small kernel)
     for i, text in enumerate(texts):
         first.setdefault(text, i)
@@ -70,4 +70,5 @@ def search_texts(key: str, kernel: Kernel, texts: list[str], outputs: int,
     winner, seconds = min(measured, key=lambda m: m[1], default=(0, float("nan")))
     if measured and measured[0][0] == 0 and seconds > (1 - MIN_GAIN) * measured[0][1]:
         winner, seconds = measured[0]
-    return winner, seconds, len(measured), machines
+    defaults = measured[0][1] if measured and measured[0][0] == 0 else float("nan")
+    return winner, seconds, defaults, len(measured), machines
