@@ -497,7 +497,9 @@ def schedule_program(program: Program, target: Target, tuning: Tuning | None = N
         else:
             derived = _default_scheduling(simplified, target, matmuls, nests)
             steps, result = derived.steps, derived.kernel
-        scheduled.append(result)
+        # The steps write a partial tile's bounds (min(rows left, mr)) where every tile may
+        # be whole: the loops' ranges decide those, for constant trips.
+        scheduled.append(simplify_kernel(result))
         if tuning is not None:
             tuning.chosen[key] = {"nest": fingerprint,
                                   "steps": [[s.name, *s.args] for s in steps]}

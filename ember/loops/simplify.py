@@ -160,17 +160,30 @@ def _common_factor(op: str, terms: list, d: int, ranges: Ranges) -> Expr | None:
 
 
 def simplify_index(e: Expr, ranges: Ranges) -> Expr:
-    """`e` with floordiv and mod by positive constants removed where `ranges` allow."""
+    """`e` with floordiv and mod by positive constants removed where `ranges` allow, and
+    each min or max whose operands' ranges decide it replaced by the operand it picks (a
+    tile's `min(rows left, mr)` where every tile is whole)."""
     from ember.loops.ir import map_expr, walk_expr
+    from ember.loops.verify import interval
 
-    if not any(isinstance(x, Binary) and x.op in ("floordiv", "mod") for x in walk_expr(e)):
+    if not any(isinstance(x, Binary) and x.op in ("floordiv", "mod", "min", "max")
+               for x in walk_expr(e)):
         return e  # nothing to remove: skip rebuilding the tree
 
     def node(x: Expr) -> Expr | None:
-        if isinstance(x, Binary) and x.op in ("floordiv", "mod") and x.dtype is INDEX:
+        if not isinstance(x, Binary) or x.dtype is not INDEX:
+            return None
+        if x.op in ("floordiv", "mod"):
             d = _int_const(x.b)
             if d is not None and d > 0:
                 return _divide(x.op, x.a, d, ranges)
+        elif x.op in ("min", "max"):
+            a, b = interval(x.a, ranges), interval(x.b, ranges)
+            if a is not None and b is not None:
+                smaller, larger = (x.a, x.b) if a[1] <= b[0] else \
+                    (x.b, x.a) if b[1] <= a[0] else (None, None)
+                if smaller is not None:
+                    return smaller if x.op == "min" else larger
         return None
 
     return map_expr(e, node)

@@ -41,6 +41,12 @@ CASES = [
     (e("floordiv", FLAT, 14), "floordiv(%i, 2)"),
     (e("mod", FLAT, 14), "add(mul(mod(%i, 2), 7), %j)"),
     (e("floordiv", e("add", FLAT, 1), 14), "floordiv(add(add(mul(%i, 7), %j), 1), 14)"),
+    # A tile's rows left, min(30 - i * 6, 6), is 6 for every i in [0, 4]: whole tiles.
+    (e("min", e("sub", Const(30), e("mul", I, 6)), 6), "6"),
+    (e("max", e("sub", Const(30), e("mul", I, 6)), 6), "sub(30, mul(%i, 6))"),
+    (e("min", e("sub", Const(29), e("mul", I, 6)), 6), "min(sub(29, mul(%i, 6)), 6)"),
+    (e("max", J, e("add", I, 2)), "max(%j, add(%i, 2))"),  # the ranges overlap: kept
+    (e("min", J, e("add", I, 6)), "%j"),
 ]
 
 
