@@ -23,6 +23,7 @@ from ember.loops.ir import (
     For,
     If,
     Kernel,
+    Select,
     Stmt,
     Store,
     Unary,
@@ -151,6 +152,9 @@ def evaluate(e: Expr, env: dict[str, int]) -> int | bool | None:
         a = evaluate(e.a, env)
         b = evaluate(e.b, env) if a is not None else None
         return None if b is None else _EVALUATE[e.op](a, b)
+    if isinstance(e, Select):
+        cond = evaluate(e.cond, env)
+        return None if cond is None else evaluate(e.a if cond else e.b, env)
     return None
 
 

@@ -13,7 +13,10 @@ buffer through a flat view): with 0 <= j < 3072,
 
 (a term whose coefficient the divisor divides leaves the remainder and joins the quotient;
 a rest whose range lies in [0, d) is its own remainder and has quotient 0). Indices without
-divisions are affine, which is what vector code and LLVM's vectorizer need.
+divisions are affine, which is what vector code and LLVM's vectorizer need. The same
+ranges decide the bounds that schedules write for partial tiles (`min(rows left, mr)`)
+and the tests of their packing (`lt(lane, columns left)`) where every tile is whole: a
+constant trip count, and a plain load instead of a select.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from ember.loops.ir import (
     For,
     If,
     Kernel,
+    Select,
     Stmt,
     Store,
     binary,
@@ -160,18 +164,29 @@ def _common_factor(op: str, terms: list, d: int, ranges: Ranges) -> Expr | None:
 
 
 def simplify_index(e: Expr, ranges: Ranges) -> Expr:
-    """`e` with floordiv and mod by positive constants removed where `ranges` allow, and
-    each min or max whose operands' ranges decide it replaced by the operand it picks (a
-    tile's `min(rows left, mr)` where every tile is whole)."""
+    """`e` with floordiv and mod by positive constants removed where `ranges` allow; each
+    min or max whose operands' ranges decide it replaced by the operand it picks (a
+    tile's `min(rows left, mr)` where every tile is whole), and each comparison they
+    decide by its value, with the selects and logic that it decides."""
     from ember.loops.ir import map_expr, walk_expr
     from ember.loops.verify import interval
 
-    if not any(isinstance(x, Binary) and x.op in ("floordiv", "mod", "min", "max")
+    if not any(isinstance(x, Select) or isinstance(x, Binary) and x.op in DECIDED
                for x in walk_expr(e)):
         return e  # nothing to remove: skip rebuilding the tree
 
     def node(x: Expr) -> Expr | None:
-        if not isinstance(x, Binary) or x.dtype is not INDEX:
+        if isinstance(x, Select):
+            return _chosen(x)
+        if not isinstance(x, Binary):
+            return None
+        if x.op in COMPARISONS and x.a.dtype is INDEX:
+            a, b = interval(x.a, ranges), interval(x.b, ranges)
+            if a is not None and b is not None:
+                return _compared(x.op, a, b)
+        if x.op in ("and", "or"):
+            return _logic(x)
+        if x.dtype is not INDEX:
             return None
         if x.op in ("floordiv", "mod"):
             d = _int_const(x.b)
@@ -187,6 +202,43 @@ def simplify_index(e: Expr, ranges: Ranges) -> Expr:
         return None
 
     return map_expr(e, node)
+
+
+COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
+DECIDED = ("floordiv", "mod", "min", "max", "and", "or", *COMPARISONS)
+
+
+def _compared(op: str, a: tuple[int, int], b: tuple[int, int]) -> Const | None:
+    """The comparison `a op b` of two ranges when it holds for all or none of their
+    values (a panel's `lt(lane, columns left in the row)` where the row holds every
+    panel whole)."""
+    if op in ("gt", "ge"):
+        op, a, b = {"gt": "lt", "ge": "le"}[op], b, a
+    if op == "lt":
+        value = True if a[1] < b[0] else False if a[0] >= b[1] else None
+    elif op == "le":
+        value = True if a[1] <= b[0] else False if a[0] > b[1] else None
+    else:
+        apart = a[1] < b[0] or b[1] < a[0]
+        same = a[0] == a[1] == b[0] == b[1]
+        value = (same if op == "eq" else apart) if same or apart else None
+    return None if value is None else Const(value, DType.bool)
+
+
+def _logic(x: Binary) -> Expr | None:
+    """and/or with a constant side: the other side, or the constant."""
+    for known, other in ((x.a, x.b), (x.b, x.a)):
+        if isinstance(known, Const) and known.dtype is DType.bool:
+            if bool(known.value) == (x.op == "and"):
+                return other  # and(true, y), or(false, y)
+            return known  # and(false, y), or(true, y)
+    return None
+
+
+def _chosen(x: Select) -> Expr | None:
+    if isinstance(x.cond, Const) and x.cond.dtype is DType.bool:
+        return x.a if x.cond.value else x.b
+    return None
 
 
 def simplify_kernel(kernel: Kernel) -> Kernel:
@@ -207,8 +259,11 @@ def simplify_kernel(kernel: Kernel) -> Kernel:
                     inner.pop(s.var.name, None)
                 out.append(replace(s, start=start, stop=stop, body=block(s.body, inner)))
             elif isinstance(s, If):
-                out.append(If(simplify_index(s.cond, ranges), block(s.then, ranges),
-                              block(s.orelse, ranges)))
+                cond = simplify_index(s.cond, ranges)
+                if isinstance(cond, Const):  # decided by the ranges: the branch it takes
+                    out.extend(block(s.then if cond.value else s.orelse, ranges))
+                else:
+                    out.append(If(cond, block(s.then, ranges), block(s.orelse, ranges)))
             else:
                 out.append(Store(s.buffer, tuple(simplify_index(i, ranges) for i in s.index),
                                  simplify_index(s.value, ranges)))

@@ -11,7 +11,7 @@ import pytest
 
 from ember.loops.cost import evaluate
 from ember.loops.interp import LoopInterpreter
-from ember.loops.ir import Binary, Const, Program, Var
+from ember.loops.ir import Binary, Const, Program, Select, Var
 from ember.loops.simplify import simplify_index, simplify_kernel
 from ember.loops.text import format_expr, parse_kernel, print_kernel
 
@@ -47,6 +47,11 @@ CASES = [
     (e("min", e("sub", Const(29), e("mul", I, 6)), 6), "min(sub(29, mul(%i, 6)), 6)"),
     (e("max", J, e("add", I, 2)), "max(%j, add(%i, 2))"),  # the ranges overlap: kept
     (e("min", J, e("add", I, 6)), "%j"),
+    # A packed panel's test lt(lane, columns left in the row) where whole panels fill it.
+    (Select(e("lt", J, e("sub", Const(56), e("mul", I, 7))), I, J), "%i"),
+    (Select(e("and", e("ge", J, 0), e("lt", J, e("add", I, 7))), I, J), "%i"),
+    (Select(e("or", e("gt", J, 7), e("eq", I, 2)), I, J), "select(eq(%i, 2), %i, %j)"),
+    (Select(e("ne", J, e("add", I, 7)), I, J), "%i"),
 ]
 
 
