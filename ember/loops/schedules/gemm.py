@@ -838,7 +838,11 @@ class _Builder:
             """The nest's statements after the sum, for the sum in `tile` at (ii, jj)."""
             return self.result_at(batch, row + ii, col + jj, Load(tile, (ii, jj), F32))
 
-        rows, cols = _min(self.mr, as_expr(self.rows) - row), _min(self.nr, Const(g.n) - col)
+        # A partial tile's bounds, where there can be one (the loops' ranges alone cannot
+        # tell that a task's last panel is whole: its count depends on the task).
+        whole_rows = isinstance(self.rows, int) and self.rows % self.mr == 0
+        rows = self.mr if whole_rows else _min(self.mr, as_expr(self.rows) - row)
+        cols = self.nr if g.n % self.nr == 0 else _min(self.nr, Const(g.n) - col)
         if self.stage is None:
             write = [self.tile_loops(result, rows, cols)]
         else:
