@@ -1,7 +1,7 @@
 """Op-level benchmark: fused kernels against PyTorch eager, torch.compile and ONNX Runtime,
 side by side in one run, with the machine's copy bandwidth measured in the same run.
 
-    python bench/bench_ops.py [--repeat 20] [--threads 2] [--no-record]
+    python bench/bench_ops.py [--repeat 20] [--threads 2] [--only TEXT] [--no-record]
 
 Rows: relu(x * w + b) on 16M floats (the fused elementwise kernel: Ember both into a
 preallocated output, `out=`, and called the ordinary way), softmax 256x4096, layer-norm
@@ -9,7 +9,10 @@ preallocated output, `out=`, and called the ordinary way), softmax 256x4096, lay
 to every peer, which Ember computes by Winograd's F(2x2, 3x3)) and linear 128x768x3072 +
 GELU (its weights constants to every peer, as in a deployed model; the bytes of rows with
 constant weights count x and y), and scaled dot-product attention, 12 heads of 64 at
-sequence 128 (one kernel with an online softmax). Each
+sequence 128 (one kernel with an online softmax); then the kernel classes behind the
+model zoo's cliffs: attention at ViT's, Swin's and SegFormer's shapes, MobileNetV2's
+depthwise and 1x1 convolutions with ReLU6, and shallow matmuls (`--only TEXT` runs the
+rows whose names contain it). Each
 row reports milliseconds, the GB/s of the minimal traffic (each input read once, the
 output written once) and, for Ember's `out=` call, the fraction of the copy bandwidth (a
 copy into a preallocated array of the same bytes); the convolution, the linear layer and
@@ -155,16 +158,18 @@ def linear_gelu_case(rows: int, inner: int, cols: int):
             lambda x: torch.nn.functional.gelu(x @ wt + bt), model, 2 * rows * inner * cols)
 
 
-def attention_case(heads: int, length: int, dim: int):
-    """Scaled dot-product attention, batch 1 (BERT-base's heads at sequence 128): softmax(q
-    @ k^T / sqrt(d)) @ v. Ember forms one kernel with an online softmax; PyTorch calls its
-    own fused kernel; ONNX Runtime gets the MatMul, Softmax, MatMul graph that exporters
-    write (opset 17 has no Attention op)."""
+def attention_case(heads: int, length: int, dim: int, keys: int | None = None):
+    """Scaled dot-product attention, batch 1 (BERT-base's heads at sequence 128; `keys`:
+    fewer keys than queries, as SegFormer's reduced ones): softmax(q @ k^T / sqrt(d)) @ v.
+    Ember forms one kernel with an online softmax; PyTorch calls its own fused kernel; ONNX
+    Runtime gets the MatMul, Softmax, MatMul graph that exporters write (opset 17 has no
+    Attention op)."""
+    keys = keys or length
     rng = np.random.default_rng(0)
-    q, k, v = (rng.standard_normal((1, heads, length, dim)).astype(np.float32)
-               for _ in range(3))
+    q = rng.standard_normal((1, heads, length, dim)).astype(np.float32)
+    k, v = (rng.standard_normal((1, heads, keys, dim)).astype(np.float32) for _ in range(2))
     g = ember.Builder("attention")
-    g.output(g.sdpa(*(g.input(n, "f32", q.shape) for n in "qkv")))
+    g.output(g.sdpa(*(g.input(n, "f32", a.shape) for n, a in zip("qkv", (q, k, v)))))
     from onnx import helper
 
     nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
@@ -173,11 +178,76 @@ def attention_case(heads: int, length: int, dim: int):
              helper.make_node("Softmax", ["x"], ["p"], axis=-1),
              helper.make_node("MatMul", ["p", "v"], ["y"])]
     scale = np.array(1 / np.sqrt(dim), np.float32)
-    model = onnx_model(nodes, [(n, q.shape) for n in "qkv"], ("y", q.shape),
-                       initializers=[("scale", scale)])
-    return (f"attention {heads}x{length}x{dim}", [q, k, v], g.build(),
+    model = onnx_model(nodes, [(n, a.shape) for n, a in zip("qkv", (q, k, v))],
+                       ("y", q.shape), initializers=[("scale", scale)])
+    name = f"attention {heads}x{length}x{dim}" + (f", {keys} keys" if keys != length else "")
+    return (name, [q, k, v], g.build(),
             lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v), model,
-            4 * heads * length * length * dim)
+            4 * heads * length * keys * dim)
+
+
+def depthwise_case(channels: int, size: int, stride: int):
+    """A depthwise 3x3 convolution, padding 1, with its bias and ReLU6 (MobileNetV2's), the
+    filter and bias constants to every peer."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, channels, size, size)).astype(np.float32)
+    w = (rng.standard_normal((channels, 1, 3, 3)) / 3).astype(np.float32)
+    bias = rng.standard_normal(channels).astype(np.float32)
+    g = ember.Builder("depthwise")
+    y = g.conv(g.input("x", "f32", x.shape), g.constant(w), g.constant(bias),
+               strides=(stride, stride), pads=(1, 1, 1, 1), groups=channels)
+    g.output(g.clip(y, min=0.0, max=6.0))
+    from onnx import helper
+
+    out = size // stride
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1],
+                              strides=[stride, stride], group=channels),
+             helper.make_node("Clip", ["c", "lo", "hi"], ["y"])]
+    model = onnx_model(nodes, [("x", x.shape)], ("y", (1, channels, out, out)),
+                       initializers=[("w", w), ("b", bias), ("lo", np.array(0, np.float32)),
+                                     ("hi", np.array(6, np.float32))])
+    wt, bt = torch.from_numpy(w), torch.from_numpy(bias)
+    return (f"depthwise 3x3 {channels}x{size}x{size} /{stride} + ReLU6", [x], g.build(),
+            lambda x: torch.clamp(torch.nn.functional.conv2d(
+                x, wt, bt, stride=stride, padding=1, groups=channels), 0, 6), model,
+            2 * channels * 9 * out * out)
+
+
+def pointwise_case(inputs: int, outputs: int, size: int):
+    """A 1x1 convolution with its bias and ReLU6 (MobileNetV2's expansions), the filter and
+    bias constants to every peer."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, inputs, size, size)).astype(np.float32)
+    w = (rng.standard_normal((outputs, inputs, 1, 1)) / np.sqrt(inputs)).astype(np.float32)
+    bias = rng.standard_normal(outputs).astype(np.float32)
+    g = ember.Builder("pointwise")
+    y = g.conv(g.input("x", "f32", x.shape), g.constant(w), g.constant(bias))
+    g.output(g.clip(y, min=0.0, max=6.0))
+    from onnx import helper
+
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"]),
+             helper.make_node("Clip", ["c", "lo", "hi"], ["y"])]
+    model = onnx_model(nodes, [("x", x.shape)], ("y", (1, outputs, size, size)),
+                       initializers=[("w", w), ("b", bias), ("lo", np.array(0, np.float32)),
+                                     ("hi", np.array(6, np.float32))])
+    wt, bt = torch.from_numpy(w), torch.from_numpy(bias)
+    return (f"conv 1x1 {inputs}->{outputs} at {size}x{size} + ReLU6", [x], g.build(),
+            lambda x: torch.clamp(torch.nn.functional.conv2d(x, wt, bt), 0, 6), model,
+            2 * inputs * outputs * size * size)
+
+
+def matmul_case(m: int, k: int, n: int):
+    """A matmul of two inputs (a shallow one, K small: SegFormer's and LeViT's)."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    g = ember.Builder("matmul")
+    g.output(g.matmul(g.input("a", "f32", a.shape), g.input("b", "f32", b.shape)))
+    from onnx import helper
+
+    model = onnx_model([helper.make_node("MatMul", ["a", "b"], ["y"])],
+                       [("a", a.shape), ("b", b.shape)], ("y", (m, n)))
+    return (f"matmul {m}x{k}x{n}", [a, b], g.build(), lambda a, b: a @ b, model, 2 * m * k * n)
 
 
 def fma_peak(threads: int) -> float:
@@ -234,18 +304,26 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--only", default="", help="the rows whose names contain this")
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     os.environ["EMBER_NUM_THREADS"] = str(args.threads)  # the run's, not an inherited one
     cases = [relu_affine_case(1 << 24), softmax_case(256, 4096), layer_norm_case(512, 768),
              conv3x3_case(64, 56), conv3x3_case(64, 56, constant=True),
-             linear_gelu_case(128, 768, 3072), attention_case(12, 128, 64)]
+             linear_gelu_case(128, 768, 3072), attention_case(12, 128, 64),
+             # The kernel classes of the zoo's cliffs (docs/benchmarks.md, stop 40).
+             attention_case(12, 197, 64), attention_case(192, 49, 32),
+             attention_case(1, 3136, 32, keys=49), depthwise_case(144, 56, 2),
+             depthwise_case(576, 14, 1), pointwise_case(16, 96, 112),
+             pointwise_case(32, 192, 28), matmul_case(3136, 32, 128),
+             matmul_case(12544, 16, 96)]
+    cases = [case for case in cases if args.only in case[0]]
     rows = []
     for case in cases:
         print(f"benchmarking {case[0]} ...", file=sys.stderr)
         rows.append(bench_case(case, args.repeat, args.threads))
-    copy = copy_gbps(rows[0]["bytes"] // 2, args.repeat)
+    copy = copy_gbps(max(r["bytes"] for r in rows) // 2, args.repeat)
     peak = fma_peak(args.threads)
 
     def ms(v):

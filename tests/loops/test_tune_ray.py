@@ -20,8 +20,8 @@ ray = pytest.importorskip("ray")
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             configure_logging=False)
+    ray.init(num_cpus=2, object_store_memory=100 << 20, include_dashboard=False,
+             log_to_driver=False, configure_logging=False)
     yield ray.nodes()[0]["NodeManagerAddress"]
     ray.shutdown()
 

@@ -481,7 +481,7 @@ def default_parameters(nest: AttentionNest, target: Target) -> dict[str, int]:
     micro-kernel's shape (`register_tile`: rows times vectors of accumulators, the
     vectors of kt or v and a broadcast of q fill the registers), at most the largest
     row group; PARAMETERS' key block. A 4 x 4 tile on AVX2's 16 registers spilled: 6 x 2
-    ran 1.5-2.9x faster (docs/benchmarks.md, 2026-12-06, stop 40)."""
+    ran 1.5-2.9x faster (docs/benchmarks.md, stop 40)."""
     from ember.loops.schedules.gemm import register_tile, tile_vectors
 
     vectors = tile_vectors(target)

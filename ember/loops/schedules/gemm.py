@@ -293,7 +293,7 @@ def block_columns(schedule: GemmSchedule, depth: DimLike, n: int) -> int:
     """The columns of a B block for a matmul of depth K: `schedule.nc`, or more (up to N) at
     a depth under 256, so that the block keeps B_BLOCK_BYTES. Each column block reads all
     of A again: at K = 32, 64 or 96, A is the larger operand, and N in one block ran 1.2-
-    3.4x faster (SegFormer's and LeViT's matmuls, docs/benchmarks.md, 2026-12-06, stop 40)."""
+    3.4x faster (SegFormer's and LeViT's matmuls, docs/benchmarks.md, stop 40)."""
     nr = schedule.nr
     widest = B_BLOCK_BYTES // (4 * hint(depth)) // nr * nr
     return max(schedule.nc, min(widest, -(-n // nr) * nr))
