@@ -136,6 +136,12 @@ class Target:
         return replace(self, **changes)
 
 
+def host_key() -> str:
+    """The key of the machine this process runs on: what a tuning worker on a cluster
+    tells the compile that sends it work (`ember/loops/tune/executor.py`)."""
+    return _host().key()
+
+
 def is_host(spec: Target | str | None) -> bool:
     """Whether `spec` names this machine rather than a preset."""
     return spec in (None, "", "host", "native")

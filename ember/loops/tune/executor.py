@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ember.errors import EmberError
-from ember.target import Target
+from ember.target import Target, host_key
 
 MEASURE_TIMEOUT = 120.0  # seconds before a measurement counts as hung
 
@@ -177,7 +177,7 @@ class RayWorker:
         os.environ["EMBER_NUM_THREADS"] = str(threads)
 
     def target_key(self) -> str:
-        return Target.host().key()
+        return host_key()
 
     def run(self, fn: Callable[..., Any], args: tuple) -> Any:
         return fn(*args)
