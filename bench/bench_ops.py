@@ -186,6 +186,16 @@ def attention_case(heads: int, length: int, dim: int, keys: int | None = None):
             4 * heads * length * keys * dim)
 
 
+def relu6_conv_model(conv, x_shape: tuple, y_shape: tuple, w: np.ndarray, bias: np.ndarray):
+    """An ONNX model of `conv` (x, w, b -> c) then Clip(c, 0, 6), its weights initializers."""
+    from onnx import helper
+
+    nodes = [conv, helper.make_node("Clip", ["c", "lo", "hi"], ["y"])]
+    return onnx_model(nodes, [("x", x_shape)], ("y", y_shape),
+                      initializers=[("w", w), ("b", bias), ("lo", np.array(0, np.float32)),
+                                    ("hi", np.array(6, np.float32))])
+
+
 def depthwise_case(channels: int, size: int, stride: int):
     """A depthwise 3x3 convolution, padding 1, with its bias and ReLU6 (MobileNetV2's), the
     filter and bias constants to every peer."""
@@ -200,12 +210,9 @@ def depthwise_case(channels: int, size: int, stride: int):
     from onnx import helper
 
     out = size // stride
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1],
-                              strides=[stride, stride], group=channels),
-             helper.make_node("Clip", ["c", "lo", "hi"], ["y"])]
-    model = onnx_model(nodes, [("x", x.shape)], ("y", (1, channels, out, out)),
-                       initializers=[("w", w), ("b", bias), ("lo", np.array(0, np.float32)),
-                                     ("hi", np.array(6, np.float32))])
+    model = relu6_conv_model(helper.make_node(
+        "Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], strides=[stride, stride],
+        group=channels), x.shape, (1, channels, out, out), w, bias)
     wt, bt = torch.from_numpy(w), torch.from_numpy(bias)
     return (f"depthwise 3x3 {channels}x{size}x{size} /{stride} + ReLU6", [x], g.build(),
             lambda x: torch.clamp(torch.nn.functional.conv2d(
@@ -225,11 +232,8 @@ def pointwise_case(inputs: int, outputs: int, size: int):
     g.output(g.clip(y, min=0.0, max=6.0))
     from onnx import helper
 
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"]),
-             helper.make_node("Clip", ["c", "lo", "hi"], ["y"])]
-    model = onnx_model(nodes, [("x", x.shape)], ("y", (1, outputs, size, size)),
-                       initializers=[("w", w), ("b", bias), ("lo", np.array(0, np.float32)),
-                                     ("hi", np.array(6, np.float32))])
+    model = relu6_conv_model(helper.make_node("Conv", ["x", "w", "b"], ["c"]), x.shape,
+                             (1, outputs, size, size), w, bias)
     wt, bt = torch.from_numpy(w), torch.from_numpy(bias)
     return (f"conv 1x1 {inputs}->{outputs} at {size}x{size} + ReLU6", [x], g.build(),
             lambda x: torch.clamp(torch.nn.functional.conv2d(x, wt, bt), 0, 6), model,

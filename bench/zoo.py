@@ -364,16 +364,10 @@ def tune_table(rows: list[dict], names: list[str], threads: int, repeat: int, bu
              "", f"Machine: {bench_models.machine()}.", "",
              "| model | default ms | tuned ms | speed-up | kernels searched | tuning s |",
              "|---|---:|---:|---:|---:|---:|"]
-    by_name = {r["model"]: r for r in rows}
-    for name in names:
-        r = by_name.get(name)
-        if r is None:
-            lines.append(f"| {name} | failed | | | | |")
-            continue
-        lines.append(f"| {name} | {r['default']:.2f} | {r['tuned']:.2f} |"
-                     f" {r['default'] / r['tuned']:.2f}x"
-                     f"{'' if r['matches'] else ' (over tolerance)'} | {r['kernels']} |"
-                     f" {r['tune_s']:.0f} |")
+    lines += model_lines(rows, names, lambda r: [
+        f"{r['default']:.2f}", f"{r['tuned']:.2f}",
+        f"{r['default'] / r['tuned']:.2f}x{'' if r['matches'] else ' (over tolerance)'}",
+        str(r["kernels"]), f"{r['tune_s']:.0f}"])
     if rows:
         ratios = [r["default"] / r["tuned"] for r in rows]
         geomean = statistics.geometric_mean(ratios)
@@ -395,6 +389,16 @@ def in_child(args: list[str]) -> dict | None:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def model_lines(rows: list[dict], names: list[str], cells) -> list[str]:
+    """A table line per model of `names`: its `cells(row)`, or "failed" where it has no
+    row (its child process failed)."""
+    by_name = {r["model"]: r for r in rows}
+    width = len(cells(rows[0])) if rows else 1
+    return [f"| {name} | " + " | ".join(cells(by_name[name]) if name in by_name else
+                                        ["failed"] + [""] * (width - 1)) + " |"
+            for name in names]
+
+
 def table(rows: list[dict], names: list[str], threads: int, repeat: int) -> list[str]:
     import bench_models
 
@@ -410,16 +414,10 @@ def table(rows: list[dict], names: list[str], threads: int, repeat: int) -> list
     def speedup(peer, r):
         return f"{r[peer] / r['ember']:.2f}x" if r.get(peer) else "n/a"
 
-    by_name = {r["model"]: r for r in rows}
-    for name in names:
-        r = by_name.get(name)
-        if r is None:
-            lines.append(f"| {name} | failed | | | | | | | | | |")
-            continue
-        lines.append(f"| {name} | {r['eager']:.2f} | {num(r['inductor'])} | {num(r['ort'])} |"
-                     f" {r['ember']:.2f} | {speedup('eager', r)} | {speedup('inductor', r)} |"
-                     f" {speedup('ort', r)} | {r['compile']:.1f} | {r['warm']:.2f} |"
-                     f" {r['error']:.1e}{'' if r['matches'] else ' (over tolerance)'} |")
+    lines += model_lines(rows, names, lambda r: [
+        f"{r['eager']:.2f}", num(r["inductor"]), num(r["ort"]), f"{r['ember']:.2f}",
+        speedup("eager", r), speedup("inductor", r), speedup("ort", r), f"{r['compile']:.1f}",
+        f"{r['warm']:.2f}", f"{r['error']:.1e}{'' if r['matches'] else ' (over tolerance)'}"])
     compiles = [r["compile"] for r in rows]
     lines += ["", "Speed-ups are the peer's time over Ember's (above 1x, Ember is faster)."
               " Geometric means: " + ", ".join(
