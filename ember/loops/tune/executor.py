@@ -65,11 +65,11 @@ def run_all(executor: Executor, count: int, job: Callable[[int], Job], budget_se
             timeout: float = MEASURE_TIMEOUT) -> list[tuple[int, Any, str]]:
     """Run jobs 0 .. count-1 (`job(i)`, made when it starts), as many at once as the
     executor has slots, starting new ones until the budget is spent (the first always
-    runs, and the budget starts when it ends: starting a worker is not measuring; those
-    started finish). Returns (job index, result, machine) for each job that
-    returned, in the order they finished; `on_result` hears of every job that ran, with its
-    result or why it failed."""
-    deadline = float("inf")  # until the first job ends
+    runs, and the budget starts when a job first ends: starting a worker is not
+    measuring; those started finish). Returns (job index, result, machine) for each job
+    that returned, in the order they finished; `on_result` hears of every job that ran,
+    with its result or why it failed."""
+    deadline = float("inf")  # until a job first ends
     idle = list(range(executor.slots))
     running: dict[concurrent.futures.Future, tuple[int, int, float]] = {}  # slot, job, start
     results: list[tuple[int, Any, str]] = []
@@ -77,8 +77,7 @@ def run_all(executor: Executor, count: int, job: Callable[[int], Job], budget_se
 
     def finish(slot: int, index: int, result: Any, why: str | None) -> None:
         nonlocal deadline
-        if index == 0:
-            deadline = time.perf_counter() + budget_seconds
+        deadline = min(deadline, time.perf_counter() + budget_seconds)
         if why is None:
             results.append((index, result, executor.machine(slot)))
         if on_result is not None:
@@ -98,14 +97,15 @@ def run_all(executor: Executor, count: int, job: Callable[[int], Job], budget_se
                                           concurrent.futures.FIRST_COMPLETED)
         for future in done:
             slot, index, _ = running.pop(future)
+            result, why = None, None
             try:
-                finish(slot, index, future.result(), None)
+                result = future.result()
             except Exception as e:  # noqa: BLE001  (a candidate's failure is a result)
+                why = f"{type(e).__name__}: {e}"
                 if executor.crashed(e):
                     executor.replace(slot)
-                    finish(slot, index, None, "the worker process crashed")
-                else:
-                    finish(slot, index, None, f"{type(e).__name__}: {e}")
+                    why = "the worker process crashed"
+            finish(slot, index, result, why)
         now = time.perf_counter()
         for future, (slot, index, start) in list(running.items()):
             if now - start >= timeout:
