@@ -5,7 +5,8 @@ The notes look at the loops that do a kernel's work (the innermost loops that ca
 of its loads and stores, weighted by their trip counts) and say what keeps them from the
 machine's vector units and cores: an inner loop left scalar and why (a body with no vector
 code, an access across the layout, too few iterations, a reduction), lanes that gather or
-stride through memory, no loop run in parallel.
+stride through memory, vector loops whose count is known only at run time (masked lanes),
+no loop run in parallel.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ember.loops.ir import (
     walk_expr,
     walk_stmts,
 )
+from ember.loops.text import format_expr
 
 # The innermost loops looked at: the heaviest, until they carry this share of the work.
 _COVERED_SHARE = 0.8
@@ -57,6 +59,13 @@ def slowness_notes(kernel: Kernel) -> list[str]:
             else _scalar_note(loop, locals_, shapes)
         if note and note not in notes:
             notes.append(f"{note} ({share})")
+    masked = [s for s in walk_stmts(kernel.body)
+              if isinstance(s, For) and s.kind == "vectorized" and not isinstance(s.stop, Const)]
+    if masked:
+        first = masked[0]
+        notes.append(f"{len(masked)} of its vectorized loops run a count known only at run"
+                     f" time, on masked lanes (%{first.var.name} to {format_expr(first.stop)}):"
+                     " a partial tile or row where the loops' ranges could not show it whole")
     if not any(isinstance(s, For) and s.kind == "parallel" for s in walk_stmts(kernel.body)):
         notes.append("one thread: none of its loops runs in parallel")
     return notes

@@ -53,6 +53,24 @@ def test_a_vectorized_parallel_kernel_has_no_notes() -> None:
     assert slowness_notes(kernel) == []
 
 
+def test_vector_loops_of_a_run_time_count_are_named() -> None:
+    """A tile's store bounded by min(columns left, 16), which the loops' ranges cannot
+    show whole: masked lanes (MobileNetV2's 1x1 convs before stop 40)."""
+    kernel = parse_kernel("""kernel @k(%x: f32[8,100], %y: f32[8,100]) {
+  for %i = 0 to 8 parallel {
+    for %t = 0 to 7 {
+      for %j = 0 to min(sub(100, mul(%t, 16)), 16) vectorized {
+        %y[%i, add(mul(%t, 16), %j)] = %x[%i, add(mul(%t, 16), %j)]
+      }
+    }
+  }
+}""")
+    assert slowness_notes(kernel) == [
+        "1 of its vectorized loops run a count known only at run time, on masked lanes (%j to"
+        " min(sub(100, mul(%t, 16)), 16)): a partial tile or row where the loops' ranges could"
+        " not show it whole"]
+
+
 def test_the_heaviest_loop_comes_first() -> None:
     kernel = parse_kernel("""kernel @k(%x: f32[64,64], %y: f32[64,64], %z: f32[4]) {
   for %a = 0 to 4 parallel { %z[%a] = exp(%x[%a, 0]) }
