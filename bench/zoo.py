@@ -10,7 +10,7 @@ batch 1 and its usual input size: 224x224 images, 128-token sequences, one secon
 audio. Decoders are small members of their families (a few layers of the real layer), so
 that a run of the zoo fits a 2-core machine. `--tiny` builds each architecture with a few
 narrow layers and small inputs instead: the same code paths in the model, what
-tests/models/test_zoo.py compiles in CI.
+tests/frontends/torch/test_zoo.py compiles in CI.
 
 The timed run writes one table per thread count to docs/benchmarks.md: Ember against
 PyTorch eager, torch.compile (Inductor) and ONNX Runtime, with Ember's compile time cold

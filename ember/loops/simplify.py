@@ -171,9 +171,8 @@ def simplify_index(e: Expr, ranges: Ranges) -> Expr:
     from ember.loops.ir import map_expr, walk_expr
     from ember.loops.verify import interval
 
-    if not any(isinstance(x, Select) or isinstance(x, Binary) and x.op in DECIDED
-               for x in walk_expr(e)):
-        return e  # nothing to remove: skip rebuilding the tree
+    if not any(_decidable(x) for x in walk_expr(e)):
+        return e  # nothing the ranges could decide: skip rebuilding the tree
 
     def node(x: Expr) -> Expr | None:
         if isinstance(x, Select):
@@ -205,7 +204,16 @@ def simplify_index(e: Expr, ranges: Ranges) -> Expr:
 
 
 COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
-DECIDED = ("floordiv", "mod", "min", "max", "and", "or", *COMPARISONS)
+
+
+def _decidable(x: Expr) -> bool:
+    """Whether ranges could decide `x`: a division, min or max of indices, or a comparison
+    of them (the selects and logic around one follow it). A float max (a ReLU) is not."""
+    if not isinstance(x, Binary):
+        return False
+    if x.op in COMPARISONS:
+        return x.a.dtype is INDEX
+    return x.op in ("floordiv", "mod", "min", "max") and x.dtype is INDEX
 
 
 def _compared(op: str, a: tuple[int, int], b: tuple[int, int]) -> Const | None:

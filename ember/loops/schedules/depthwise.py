@@ -112,7 +112,7 @@ def default_parameters(nest: WindowNest, target: Target) -> dict[str, int]:
 
 
 MAX_ROW_VECTORS = 4  # the widest output row summed as one block of lanes
-CHAIN_VECTORS = 8  # the accumulators' vector registers
+CHAIN_VECTORS = PARAMETERS["chains"][0]  # the accumulators' vector registers
 
 
 def depthwise_conv(kernel: Kernel, loop: str, lanes: int, chains: int) -> Kernel:

@@ -34,7 +34,7 @@ class Tuning:
     # Where measurements run: "local", "ray" or "ray:ADDRESS" (executor.py); started at the
     # first search, stopped by `close`.
     executor_name: str = "local"
-    _executor: Any = field(default=None, repr=False)
+    _executor: Any = field(default=None, init=False, repr=False, compare=False)
 
     def executor(self) -> Any:
         if self._executor is None:

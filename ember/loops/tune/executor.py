@@ -257,9 +257,6 @@ class RayExecutor(Executor):
         self.workers = []
 
 
-EXECUTOR_NAMES = ("local", "ray")
-
-
 def make_executor(spec: str, target: Target, threads: int) -> Executor:
     """The executor `spec` names: "local", "ray" (the cluster RAY_ADDRESS names, else a new
     local instance) or "ray:ADDRESS"."""
