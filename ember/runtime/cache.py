@@ -5,9 +5,11 @@
 The key is the driver's (ember/driver/keys.py): a hash of what decides the machine code.
 A disk entry is a folder `<root>/<key[:2]>/<key>/` holding the object code (`code0.o`,
 `code1.o`, ...: one file per module), the constants (`constants.bin`, 64-byte aligned) and
-`meta.json`: the program's interface, memory plan, constants index, and a checksum of
-every file and of itself. Entries are written into a temp folder and renamed into place,
-so a reader never sees half an entry; one that fails its checks is discarded and rebuilt.
+`meta.json`: the program's interface, memory plan, constants index, and a check of every
+file and of itself (SHA-256; the constants, hundreds of megabytes for a large model, by a
+CRC-32 per chunk, on all cores: a check against disk errors that a warm start can afford).
+Entries are written into a temp folder and renamed into place, so a reader never sees half
+an entry; one that fails its checks is discarded and rebuilt.
 
 The root is `EMBER_CACHE_DIR`, else `$XDG_CACHE_HOME/ember`, else `~/.cache/ember`.
 """
@@ -31,11 +33,13 @@ import numpy as np
 from ember.dtypes import DType, from_numpy
 from ember.runtime.executable import Artifact, Interface, _aligned_empty
 from ember.runtime.memory_plan import MemoryPlan, align
+from ember.target import usable_cores
 from ember.util.files import cache_dir
+from ember.util.keys import crc32_chunks
 
 log = logging.getLogger("ember.cache")
 
-FORMAT = 2
+FORMAT = 3
 CONSTANTS, META = "constants.bin", "meta.json"
 
 
@@ -46,6 +50,10 @@ def code_file(index: int) -> str:
 
 def _sha(data: Any) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def _constants_check(blob: np.ndarray) -> str:
+    return crc32_chunks(blob, usable_cores())
 
 
 # -- what a cache entry holds ---------------------------------------------------------------
@@ -103,7 +111,8 @@ class DiskCache:
         with open(path / CONSTANTS, "rb") as f:
             if f.readinto(memoryview(blob)) != size or f.read(1):
                 raise CorruptEntry(f"{CONSTANTS} has the wrong size")
-        _verify(blob, body["files"][CONSTANTS], CONSTANTS)
+        if [size, _constants_check(blob)] != body["files"][CONSTANTS]:
+            raise CorruptEntry(f"{CONSTANTS} fails its check")
         constants = {}
         for name, dtype, shape, offset, nbytes in body["constants"]:
             np_type = DType(dtype).np
@@ -136,7 +145,7 @@ class DiskCache:
         blob = np.zeros(size, np.uint8)
         for (_, _, _, offset, nbytes), data in zip(index, artifact.constants.values()):
             blob[offset:offset + nbytes] = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-        files = {CONSTANTS: [size, _sha(blob)]}
+        files = {CONSTANTS: [size, _constants_check(blob)]}
         for i, data in enumerate(artifact.objects):
             _write_file(folder / code_file(i), data)
             files[code_file(i)] = [len(data), _sha(data)]

@@ -5,6 +5,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import zlib
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -35,3 +38,38 @@ def code_version() -> str:
         digest.update(str(path.relative_to(_PACKAGE_ROOT)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+# A smaller buffer is hashed in line: handing it to a thread costs more than hashing it.
+_IN_LINE_BYTES = 1 << 20
+# A large buffer's check is computed per chunk of this size, on all the threads.
+_CHUNK_BYTES = 1 << 24
+
+
+def _on_threads(fn: Callable[[Any], Any], items: Sequence[Any], workers: int) -> list[Any]:
+    if workers <= 1 or len(items) <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(fn, items))
+
+
+def sha256_each(buffers: Sequence[Any], workers: int) -> list[bytes]:
+    """The SHA-256 digest of each buffer, the large ones on `workers` threads (hashlib lets
+    go of the GIL while it hashes)."""
+    sizes = [memoryview(b).nbytes for b in buffers]
+    large = [i for i, size in enumerate(sizes) if size >= _IN_LINE_BYTES]
+    digests = [b"" if size >= _IN_LINE_BYTES else hashlib.sha256(b).digest()
+               for b, size in zip(buffers, sizes)]
+    for i, digest in zip(large, _on_threads(lambda i: hashlib.sha256(buffers[i]).digest(),
+                                            large, workers)):
+        digests[i] = digest
+    return digests
+
+
+def crc32_chunks(data: Any, workers: int) -> str:
+    """A check of a large buffer's bytes against a disk error or a cut-short write: the
+    CRC-32 of each 16 MiB chunk, computed on `workers` threads (zlib lets go of the GIL).
+    A check, not a key: what names a cache entry is a SHA-256."""
+    view = memoryview(data).cast("B")
+    chunks = [view[start:start + _CHUNK_BYTES] for start in range(0, len(view), _CHUNK_BYTES)]
+    return "crc32:" + ",".join(f"{crc:08x}" for crc in _on_threads(zlib.crc32, chunks, workers))

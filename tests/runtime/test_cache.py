@@ -258,3 +258,25 @@ def test_second_process_skips_lowering_and_llvm(tmp_path) -> None:
     cold, warm = run_child(REAL_CHILD, tmp_path), run_child(REAL_CHILD, tmp_path)
     assert cold == {"builds": 1, "disk_hits": 0, "lowered": True, "equal": True}
     assert warm == {"builds": 0, "disk_hits": 1, "lowered": False, "equal": True}
+
+
+def test_large_buffers_are_hashed_and_checked_on_threads_as_in_line() -> None:
+    """sha256_each (a module's weights for its fingerprint) and crc32_chunks (an entry's
+    constants) give on threads what they give in line, and a flipped byte in any chunk
+    or a cut-short buffer changes the check."""
+    import hashlib
+
+    from ember.util.keys import crc32_chunks, sha256_each
+
+    rng = np.random.default_rng(0)
+    buffers = [rng.bytes(n) for n in (0, 10, 3 << 20, 5 << 20)]
+    expected = [hashlib.sha256(b).digest() for b in buffers]
+    assert sha256_each(buffers, 1) == sha256_each(buffers, 4) == expected
+    blob = np.frombuffer(rng.bytes((40 << 20) + 3), np.uint8).copy()
+    check = crc32_chunks(blob, 4)
+    assert check == crc32_chunks(blob, 1) and check.count(",") == 2  # three chunks
+    for position in (0, (20 << 20) + 1, blob.size - 1):
+        blob[position] ^= 1
+        assert crc32_chunks(blob, 4) != check
+        blob[position] ^= 1
+    assert crc32_chunks(blob[:-1], 4) != check

@@ -1,7 +1,8 @@
 """Converters of ATen linear algebra beyond matrix products (those are in aten_nn.py):
 vector norms (which linalg.norm, normalize, cosine_similarity, renorm and the distance
-losses reach), `dist` and batched sums of products. The matrix decompositions and
-solvers (_linalg_svd, linalg_inv_ex, ...) need IR ops of their own and are not here yet.
+losses reach), the fused weight norm, `dist` and batched sums of products. The matrix
+decompositions and solvers (_linalg_svd, linalg_inv_ex, ...) need IR ops of their own and
+are not here yet.
 """
 
 from __future__ import annotations
@@ -41,6 +42,17 @@ def linalg_vector_norm(ctx: ConvertContext, x, ord=2, dim=None, keepdim=False, d
     require(ctx, out.is_float, f"a norm of {out}")
     x = ctx.as_value(x, out)  # dtype= casts the input first
     return vector_norm(ctx, x, ord, _axes(ctx, x, dim), keepdim)
+
+
+@aten("_weight_norm_interface.default")
+def weight_norm(ctx: ConvertContext, v, g, dim=0):
+    """(v * (g / |v|), |v|), the 2-norm over every axis of v but `dim` (kept, size 1): the
+    fused weight norm, which PyTorch calls for `dim` the first or the last axis."""
+    v = ctx.as_value(v, v.dtype)
+    rank = v.type.rank
+    require(ctx, rank > 0 and -rank <= dim < rank, f"a weight norm over axis {dim} of {v.type}")
+    norm = vector_norm(ctx, v, 2, tuple(a for a in range(rank) if a != dim % rank), True)
+    return ctx.b.mul(v, ctx.b.div(ctx.as_value(g, v.dtype), norm)), norm
 
 
 @aten("dist.default")

@@ -1,4 +1,11 @@
-"""Capture by tracing: torch.export, the core ATen decompositions, then the FX importer."""
+"""Capture by tracing: torch.export to functional ATen in one trace, then the FX importer.
+
+torch.export's public path traces twice: to the training IR (views and in-place ops, ops
+above ATen such as `linear`), then again to decompose it (`run_decompositions`), which
+takes half the time of a cold compile. Export's own ATen dispatch (`pre_dispatch=False`)
+gives functional ATen in one trace; the core decompositions run only when that graph
+holds an op the importer has no converter for.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +17,7 @@ import torch
 from torch.export.graph_signature import InputKind, OutputKind
 
 from ember.errors import EmberError, UnsupportedOpError
-from ember.frontends.torch.fx_importer import import_fx
+from ember.frontends.torch.fx_importer import import_fx, unsupported_nodes
 from ember.graph.ir import Graph, sanitize_name
 
 
@@ -25,9 +32,9 @@ def capture_program(module: torch.nn.Module, args: Sequence[Any], kwargs: dict |
     shapes = dynamic_shapes(dynamic, module, tuple(args), dict(kwargs or {}))
     try:
         with torch.no_grad():
-            program = torch.export.export(module, tuple(args), dict(kwargs or {}),
-                                          dynamic_shapes=shapes)
-            program = program.run_decompositions()
+            program = _aten_program(module, tuple(args), dict(kwargs or {}), shapes)
+            if unsupported_nodes(program.graph_module):
+                program = program.run_decompositions()
     except Exception as e:  # torch.export raises many kinds; all mean "cannot capture"
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise EmberError(f"torch.export could not capture {type(module).__name__} on these"
@@ -36,6 +43,21 @@ def capture_program(module: torch.nn.Module, args: Sequence[Any], kwargs: dict |
         raise UnsupportedOpError(f"{type(module).__name__} mutates its buffers in forward;"
                                  " Ember compiles inference graphs only")
     return program, program.module_call_graph[0].signature.out_spec
+
+
+def _aten_program(module: torch.nn.Module, args: tuple, kwargs: dict,
+                  shapes: Any) -> torch.export.ExportedProgram:
+    """`module` traced once to functional ATen, through torch.export's own ATen dispatch
+    (a private entry: where this torch lacks it, the public export and the core
+    decompositions)."""
+    try:
+        from torch.export._trace import _export
+    except ImportError:
+        _export = None
+    if _export is None or "pre_dispatch" not in inspect.signature(_export).parameters:
+        return torch.export.export(module, args, kwargs,
+                                   dynamic_shapes=shapes).run_decompositions()
+    return _export(module, args, kwargs, shapes, strict=False, pre_dispatch=False)
 
 
 def dynamic_shapes(dynamic: Any, module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:

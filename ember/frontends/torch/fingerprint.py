@@ -16,7 +16,8 @@ The fingerprint hashes what decides the traced graph:
   defaults and closure cells they read, followed through the user's functions and
   classes. Library code (torch, transformers) by the files of its classes and of what
   their methods name as globals (its version is in its files);
-- every parameter and buffer: name, dtype, shape and bytes.
+- every parameter and buffer: name, dtype, shape and bytes (the bytes' SHA-256 per tensor,
+  the large ones on all cores).
 
 A module it cannot vouch for has no fingerprint and is traced every time: one with hooks,
 one whose attributes or reached values hold an object that prints as an address (an
@@ -42,8 +43,9 @@ from typing import Any
 import numpy as np
 
 from ember.runtime.cache import cache_dir
+from ember.target import usable_cores
 from ember.util.files import write_atomically
-from ember.util.keys import code_version, jsonable
+from ember.util.keys import code_version, jsonable, sha256_each
 
 _SIMPLE = (bool, int, float, str, type(None))
 
@@ -71,8 +73,11 @@ def module_fingerprint(module: Any, signature: tuple, config: Any) -> str | None
         h.update(f"\n{path}:{cls.__module__}.{cls.__qualname__}:{sub.training}\n".encode())
         h.update(classes.encode())
         h.update(attributes.encode())
-    for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
-        _tensor_bytes(h, name, tensor)
+    tensors = [*module.named_parameters(), *module.named_buffers()]
+    data = [_tensor_bytes(tensor) for _, tensor in tensors]
+    for (name, tensor), digest in zip(tensors, sha256_each(data, usable_cores())):
+        h.update(f"\n@{name} {tensor.dtype} {tuple(tensor.shape)}\n".encode())
+        h.update(digest)
     return h.hexdigest()
 
 
@@ -315,17 +320,16 @@ def _digest(path: str, mtime_ns: int, size: int) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
-def _tensor_bytes(h: Any, name: str, tensor: Any) -> None:
+def _tensor_bytes(tensor: Any) -> memoryview:
     import torch
 
     data = tensor.detach()
     if data.device.type != "cpu":
         data = data.cpu()
     data = data.contiguous()
-    h.update(f"\n@{name} {data.dtype} {tuple(data.shape)}\n".encode())
     if data.dtype == torch.bfloat16:
         data = data.view(torch.int16)
-    h.update(memoryview(np.ascontiguousarray(data.numpy()).reshape(-1).view(np.uint8)))
+    return memoryview(np.ascontiguousarray(data.numpy()).reshape(-1).view(np.uint8))
 
 
 # -- the index: fingerprint -> compiled graph --------------------------------------------------

@@ -102,6 +102,16 @@ def test_normalizations():
                x, w, b, tol=1e-4)
 
 
+def test_weight_norm():
+    """The fused weight norm (a parametrized conv's weight, as wav2vec2's position
+    convolution has it), over the first and the last axis."""
+    v, g0, g2 = torch.randn(6, 4, 3), torch.rand(6, 1, 1) + 0.5, torch.rand(1, 1, 3) + 0.5
+    check_aten(lambda v, g0, g2: (*aten._weight_norm_interface(v, g0, 0),
+                                  *aten._weight_norm_interface(v, g2, 2)), v, g0, g2)
+    conv = nn.utils.parametrizations.weight_norm(nn.Conv1d(4, 6, 3), dim=2)
+    check_module(conv, torch.randn(2, 4, 10))
+
+
 def test_upsample():
     x = torch.randn(1, 2, 3, 4, 5)
     check_aten(lambda x: (aten.upsample_nearest1d.vec(x[0, 0], None, [2.0]),

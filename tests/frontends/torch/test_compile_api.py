@@ -300,3 +300,25 @@ def test_bf16_and_large_outputs_of_the_plain_call() -> None:
     second = compiled(big)
     close(second, torch.relu(big))
     assert OUTPUTS.reused == reused + 1 and second.data_ptr() == address
+
+
+def test_capture_traces_once_and_decomposes_only_what_has_no_converter(monkeypatch) -> None:
+    """torch.export traces to ATen once; the core decompositions (a second trace) run only
+    for a graph that holds an op with no converter (PReLU's `_prelu_kernel`), and either
+    way the result is eager's."""
+    from ember.frontends.torch import export
+
+    decomposed = []
+    original = torch.export.ExportedProgram.run_decompositions
+    monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions",
+                        lambda self, *a, **k: decomposed.append(1) or original(self, *a, **k))
+    x = torch.randn(2, 3, 8)
+    for module, traces in [(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU()), 0),
+                           (torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.PReLU(3)), 1)]:
+        decomposed.clear()
+        program, _ = export.capture_program(module.eval(), (x,))
+        assert len(decomposed) == traces
+        ops = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+        assert "aten.linear.default" not in ops  # ATen, not the training IR
+        with torch.no_grad():
+            close(ember.compile(module, strict=True)(x), module(x))
