@@ -13,21 +13,19 @@ import numpy as np
 from ember.graph.ir import Graph
 from ember.graph.text import print_graph
 from ember.runtime.cache import FORMAT
-from ember.util.keys import code_version, jsonable
-
-
-def _array_bytes(h: Any, name: str, data: np.ndarray) -> None:
-    data = np.ascontiguousarray(data)
-    h.update(f"\n@{name} {data.dtype.str} {data.dtype.name} {data.shape}\n".encode())
-    h.update(data.reshape(-1).view(np.uint8).data)
+from ember.target import usable_cores
+from ember.util.keys import code_version, jsonable, sha256_each
 
 
 def graph_fingerprint(graph: Graph) -> str:
     """A hash of a graph: its text with the constant table elided, then each constant's
-    bytes (hashing bytes is much faster than printing them)."""
+    bytes (hashing bytes is much faster than printing them; large ones on all cores)."""
     h = hashlib.sha256(print_graph(graph, constants="elide").encode())
-    for name, data in graph.constants.items():
-        _array_bytes(h, name, data)
+    arrays = [np.ascontiguousarray(data) for data in graph.constants.values()]
+    digests = sha256_each([a.reshape(-1).view(np.uint8).data for a in arrays], usable_cores())
+    for name, data, digest in zip(graph.constants, arrays, digests):
+        h.update(f"\n@{name} {data.dtype.str} {data.dtype.name} {data.shape}\n".encode())
+        h.update(digest)
     return h.hexdigest()
 
 

@@ -22,7 +22,7 @@ from ember.errors import EmberError, PassError
 from ember.graph.ir import Graph
 from ember.graph.passes import GraphPass, get_pass
 from ember.graph.symbolic import SymbolicShapeError
-from ember.graph.text import print_graph
+from ember.graph.text import parse_graph, print_graph
 from ember.graph.text.printer import format_constant_table
 from ember.graph.verify import verify_graph
 from ember.util.files import write_atomically
@@ -60,9 +60,10 @@ class PassManager:
     def run(self, graph: Graph) -> Graph:
         verify_graph(graph)
         self._dump(0, "input", graph)
+        # A failing pass's reproducer is the graph it was given: the passes before it
+        # replayed on the input (printed once; the table is shared, not copied).
+        given = (print_graph(graph, constants="omit"), dict(graph.constants))
         for index, graph_pass in enumerate(self.pipeline, start=1):
-            # The reproducer needs the graph as it was; the table is shared, not copied.
-            before = (print_graph(graph, constants="omit"), dict(graph.constants))
             start = time.perf_counter()
             try:
                 graph = graph_pass.run(graph)
@@ -71,7 +72,7 @@ class PassManager:
             except SymbolicShapeError:  # a size needed as a number: the caller specializes
                 raise
             except Exception as e:  # noqa: BLE001  (an internal error gets a reproducer too)
-                path = self._reproducer(graph_pass, before, e)
+                path = self._reproducer(index, given, e)
                 what = str(e) if isinstance(e, EmberError) else f"internal error: {e!r}"
                 raise PassError(f"pass '{graph_pass.name}' failed: {what}\n"
                                 f"  reproducer: {path}") from e
@@ -89,13 +90,24 @@ class PassManager:
             path = Path(self.dump_dir) / f"{index:02d}-{name}.ir"
             write_atomically(path, print_graph(graph, constants=self.constants_mode))
 
-    def _reproducer(self, graph_pass: GraphPass, before: tuple[str, dict], error: Exception
-                    ) -> Path:
-        body, constants = before
-        names = ",".join(p.name for p in self.pipeline)
-        return write_reproducer(f"pass '{graph_pass.name}' (pipeline {names})",
-                                body + format_constant_table(constants), error,
-                                f"python -m ember opt {{input}} -p {graph_pass.name}")
+    def _reproducer(self, index: int, given: tuple[str, dict], error: Exception) -> Path:
+        """The reproducer of the `index`-th pass's failure on the graph `given` to the
+        pipeline: that pass replayed on what the passes before it made of the graph, or,
+        when replaying those fails, the pipeline up to it on the given graph."""
+        body, constants = given
+        text = body + format_constant_table(constants)
+        names = [p.name for p in self.pipeline]
+        failing, before = names[index - 1], self.pipeline[:index - 1]
+        replay = failing
+        try:
+            graph = parse_graph(text)
+            for graph_pass in before:
+                graph = graph_pass.run(graph)
+            text = print_graph(graph, constants="omit") + format_constant_table(graph.constants)
+        except Exception:  # noqa: BLE001  (the whole pipeline reproduces it, then)
+            replay = ",".join(names[:index])
+        return write_reproducer(f"pass '{failing}' (pipeline {','.join(names)})", text, error,
+                                f"python -m ember opt {{input}} -p {replay}")
 
     def timing_report(self) -> str:
         total = sum(t.seconds for t in self.timings) or 1e-12

@@ -475,36 +475,55 @@ def schedule_program(program: Program, target: Target, tuning: Tuning | None = N
     fingerprint of the loop nest it applies to (one given back for another nest is
     not applied)."""
     scheduled = []
+    # A model's repeated blocks lower to identical kernels: each nest is scheduled once,
+    # and its copies (the same loop IR under another name) take the result.
+    done: dict[str, tuple[Kernel, list[Step], str | None]] = {}
     for kernel in program.kernels:
-        simplified = simplify_kernel(kernel)
         key = f"kernel/{kernel.name}"
-        gpu = target.kind == "gpu"  # (whose schedules are gpu_steps' alone, for now)
-        matmuls = [] if gpu else _matmul_schedules(simplified, target, tuning)
-        nests = [] if gpu else _nest_steps(simplified, target, tuning, matmuls)
-        fingerprint = record = None
-        if tuning is not None:
-            # A kernel's steps are written for its nest and its matmuls' and other nests'
-            # parameters: an edited one (its own record) is then what the kernel gets.
-            fingerprint = nest_fingerprint(simplified,
-                                           [asdict(chosen) for *_, chosen in matmuls]
-                                           + [nest.values for nest in nests])
-            record = tuning.lookup(key)
-        schedule = _given_schedule(kernel.name, record, fingerprint) if record else None
-        if schedule is not None:
-            steps, result = schedule.steps, schedule.apply(simplified)
-        elif gpu:
-            result, steps = gpu_schedules.gpu_steps(simplified)
+        record = tuning.lookup(key) if tuning is not None else None
+        structure = None if record else \
+            print_kernel(Kernel("_", kernel.params, kernel.body, kernel.locals))
+        if structure in done:
+            result, steps, fingerprint = done[structure]
+            scheduled.append(replace(result, name=kernel.name, origin=kernel.origin))
         else:
-            derived = _default_scheduling(simplified, target, matmuls, nests)
-            steps, result = derived.steps, derived.kernel
-        # The steps write a partial tile's bounds (min(rows left, mr)) where every tile may
-        # be whole: the loops' ranges decide those, for constant trips.
-        scheduled.append(simplify_kernel(result))
+            result, steps, fingerprint = _schedule_one(kernel, target, tuning, record)
+            scheduled.append(result)
+            if structure is not None:
+                done[structure] = result, steps, fingerprint
         if tuning is not None:
             tuning.chosen[key] = {"nest": fingerprint,
                                   "steps": [[s.name, *s.args] for s in steps]}
     program.kernels = scheduled
     return program
+
+
+def _schedule_one(kernel: Kernel, target: Target, tuning: Tuning | None, record: Any
+                  ) -> tuple[Kernel, list[Step], str | None]:
+    """`kernel` simplified and scheduled (by `record`, its schedule given back, when that
+    was written for this nest); its steps; its nest's fingerprint (with `tuning`)."""
+    simplified = simplify_kernel(kernel)
+    gpu = target.kind == "gpu"  # (whose schedules are gpu_steps' alone, for now)
+    matmuls = [] if gpu else _matmul_schedules(simplified, target, tuning)
+    nests = [] if gpu else _nest_steps(simplified, target, tuning, matmuls)
+    fingerprint = None
+    if tuning is not None:
+        # A kernel's steps are written for its nest and its matmuls' and other nests'
+        # parameters: an edited one (its own record) is then what the kernel gets.
+        fingerprint = nest_fingerprint(simplified,
+                                       [asdict(chosen) for *_, chosen in matmuls]
+                                       + [nest.values for nest in nests])
+    schedule = _given_schedule(kernel.name, record, fingerprint) if record else None
+    if schedule is not None:
+        steps, result = schedule.steps, schedule.apply(simplified)
+    elif gpu:
+        result, steps = gpu_schedules.gpu_steps(simplified)
+    else:
+        derived = _default_scheduling(simplified, target, matmuls, nests)
+        steps, result = derived.steps, derived.kernel
+    # The steps write a partial tile's bounds (min(rows left, mr)) where every tile may
+    # be whole: the loops' ranges decide those, for constant trips.
+    return simplify_kernel(result), steps, fingerprint
 
 
 def nest_fingerprint(kernel: Kernel, matmuls: list[dict] | None = None) -> str:

@@ -4,7 +4,7 @@
 
 The key is the driver's (ember/driver/keys.py): a hash of what decides the machine code.
 A disk entry is a folder `<root>/<key[:2]>/<key>/` holding the object code (`code0.o`,
-`code1.o`, ...: one file per module), the constants (`constants.bin`, 64-byte aligned) and
+`code1.o`, ...: one file per module), the constants (`constants.bin`, 64-byte aligned, mapped when loaded) and
 `meta.json`: the program's interface, memory plan, constants index, and a check of every
 file and of itself (SHA-256; the constants, hundreds of megabytes for a large model, by a
 CRC-32 per chunk, on all cores: a check against disk errors that a warm start can afford).
@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import mmap
 import os
 import shutil
 import tempfile
@@ -31,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ember.dtypes import DType, from_numpy
-from ember.runtime.executable import Artifact, Interface, _aligned_empty
+from ember.runtime.executable import Artifact, Interface
 from ember.runtime.memory_plan import MemoryPlan, align
 from ember.target import usable_cores
 from ember.util.files import cache_dir
@@ -54,6 +55,21 @@ def _sha(data: Any) -> str:
 
 def _constants_check(blob: np.ndarray) -> str:
     return crc32_chunks(blob, usable_cores())
+
+
+def _mapped(path: Path, size: int) -> np.ndarray:
+    """The bytes of the file at `path` (`size` of them, else CorruptEntry), mapped rather
+    than read: a warm start touches only the pages its kernels read, shared with every
+    process that maps them. A private mapping: a write would change this process's copy,
+    never the file (no kernel writes a constant)."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size != size:
+            raise CorruptEntry(f"{path.name} has the wrong size")
+        if size == 0:
+            return np.zeros(0, np.uint8)
+        mapping = mmap.mmap(f.fileno(), size, flags=mmap.MAP_PRIVATE,
+                            prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    return np.frombuffer(mapping, np.uint8)
 
 
 # -- what a cache entry holds ---------------------------------------------------------------
@@ -107,10 +123,7 @@ class DiskCache:
             objects.append((path / name).read_bytes())
             _verify(objects[-1], body["files"][name], name)
         size = body["files"][CONSTANTS][0]
-        blob, _ = _aligned_empty(size)
-        with open(path / CONSTANTS, "rb") as f:
-            if f.readinto(memoryview(blob)) != size or f.read(1):
-                raise CorruptEntry(f"{CONSTANTS} has the wrong size")
+        blob = _mapped(path / CONSTANTS, size)
         if [size, _constants_check(blob)] != body["files"][CONSTANTS]:
             raise CorruptEntry(f"{CONSTANTS} fails its check")
         constants = {}
@@ -142,14 +155,15 @@ class DiskCache:
 
     def _write(self, key: str, artifact: Artifact, folder: Path) -> None:
         index, size = _constants_layout(artifact.constants)
-        blob = np.zeros(size, np.uint8)
-        for (_, _, _, offset, nbytes), data in zip(index, artifact.constants.values()):
-            blob[offset:offset + nbytes] = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-        files = {CONSTANTS: [size, _constants_check(blob)]}
+        with open(folder / CONSTANTS, "wb") as f:
+            for (_, _, _, offset, _), data in zip(index, artifact.constants.values()):
+                f.write(bytes(offset - f.tell()))  # the alignment's padding
+                f.write(np.ascontiguousarray(data).reshape(-1).view(np.uint8).data)
+            f.write(bytes(size - f.tell()))
+        files = {CONSTANTS: [size, _constants_check(_mapped(folder / CONSTANTS, size))]}
         for i, data in enumerate(artifact.objects):
             _write_file(folder / code_file(i), data)
             files[code_file(i)] = [len(data), _sha(data)]
-        _write_file(folder / CONSTANTS, blob)
         body = {"format": FORMAT, "key": key, "interface": artifact.interface.to_json(),
                 "plan": artifact.plan.to_json(), "constants": index, "extra": artifact.extra,
                 "objects": len(artifact.objects), "files": files}
