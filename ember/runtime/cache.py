@@ -6,8 +6,9 @@ The key is the driver's (ember/driver/keys.py): a hash of what decides the machi
 A disk entry is a folder `<root>/<key[:2]>/<key>/` holding the object code (`code0.o`,
 `code1.o`, ...: one file per module), the constants (`constants.bin`, 64-byte aligned,
 mapped when loaded) and `meta.json`: the program's interface, memory plan, constants
-index, and a check of every file and of itself (SHA-256; the constants, hundreds of megabytes for a large model, by a
-CRC-32 per chunk, on all cores: a check against disk errors that a warm start can afford).
+index, and a check of every file and of itself (SHA-256; the constants, hundreds of
+megabytes for a large model, by a CRC-32 per chunk, on all cores: a check against disk
+errors that a warm start can afford).
 Entries are written into a temp folder and renamed into place, so a reader never sees half
 an entry; one that fails its checks is discarded and rebuilt.
 
