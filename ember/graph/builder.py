@@ -120,13 +120,14 @@ class Builder:
         return values
 
     def constant(self, array: Any, name: str | None = None, dtype: DType | None = None) -> Value:
-        """A constant tensor: inline when small, else in the graph's table under `name`."""
+        """A constant tensor: inline when small, else in the graph's table under `name`
+        (a copy, unless no one can change `array`: then it is kept, a view included)."""
         array = np.asarray(array, dtype=dtype.np if dtype else None)
         from_numpy(array.dtype)
         if array.size <= INLINE_CONSTANT_LIMIT and name is None:
             return self.op("constant", [], {"value": array}).result
         key = self.graph.fresh_constant_name(name or "cst")
-        data = array.copy(order="C")
+        data = array if _immutable(array) else array.copy(order="C")
         data.flags.writeable = False
         self.graph.constants[key] = data
         return self.op("constant", [], {"name": key}, result_names=[name]).result
@@ -155,6 +156,17 @@ class Builder:
         op = self.op("loop", [trip_count, cond, *carried],
                      {"num_scan": num_scan, "scan_length": scan_length}, [region], loc=loc)
         return op.results
+
+
+def _immutable(array: np.ndarray) -> bool:
+    """Whether no one can change `array`'s data: it and every array it views are read-only
+    (a graph's constants, and views of them, are; a table keeps them without a copy)."""
+    base: Any = array
+    while isinstance(base, np.ndarray):
+        if base.flags.writeable:
+            return False
+        base = base.base
+    return base is None or isinstance(base, bytes)
 
 
 def constant_table_type(graph: Graph, name: str) -> TensorType:

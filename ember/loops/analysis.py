@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -560,11 +561,27 @@ def _apart(indices: set[tuple[Expr, ...]], lane: str, lanes: int,
                for i, a in enumerate(starts) for b in starts[i + 1:])
 
 
+# Plans by loop: a loop is planned when each schedule step is verified and again when its
+# code is emitted. Each entry holds its loop (an id names no other while it lives) and the
+# buffers it was planned with; the loop IR is not changed in place.
+_PLANS: OrderedDict[int, tuple[For, tuple, VectorPlan | str]] = OrderedDict()
+_MAX_PLANS = 4096
+
+
 def vector_plan_in(kernel: Kernel, s: For) -> VectorPlan | str:
     """`plan_vector` for a schedule's `vectorized` loop `s` of `kernel`: reductions across
     the lanes allowed, the kernel's buffers and locals as they are."""
+    buffers = (tuple((b.name, b.shape) for b in kernel.params),
+               tuple((b.name, b.shape) for b in kernel.locals))
+    known = _PLANS.get(id(s))
+    if known is not None and known[0] is s and known[1] == buffers:
+        return known[2]
     shapes = {b.name: b.shape for b in (*kernel.params, *kernel.locals)}
-    return plan_vector(s, {b.name for b in kernel.locals}, shapes, reductions=True)
+    plan = plan_vector(s, {b.name for b in kernel.locals}, shapes, reductions=True)
+    _PLANS[id(s)] = (s, buffers, plan)
+    if len(_PLANS) > _MAX_PLANS:
+        _PLANS.popitem(last=False)
+    return plan
 
 
 def transcendental(e: Expr) -> bool:

@@ -176,10 +176,12 @@ define("conv", arity=(2, 3), infer=_conv_infer, reference=_conv_reference,
 def pack_matmul_weights(w: np.ndarray, lanes: int) -> np.ndarray:
     """w [K, N] as panels of `lanes` columns, [ceil(N / lanes), K, lanes], zero past N."""
     k, n = w.shape
-    panels = -(-n // lanes)
-    padded = np.zeros((k, panels * lanes), w.dtype)
-    padded[:, :n] = w
-    return np.ascontiguousarray(padded.reshape(k, panels, lanes).transpose(1, 0, 2))
+    whole, rest = divmod(n, lanes)
+    packed = np.zeros((whole + (rest > 0), k, lanes), w.dtype)
+    packed[:whole] = w[:, :whole * lanes].reshape(k, whole, lanes).transpose(1, 0, 2)
+    if rest:
+        packed[whole, :, :rest] = w[:, whole * lanes:]
+    return packed
 
 
 def unpack_matmul_weights(wp: np.ndarray, n: int) -> np.ndarray:

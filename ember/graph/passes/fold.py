@@ -41,7 +41,11 @@ def fold_constant_operands(op: Op, b: Builder) -> list[Value] | None:
     budget = max(FOLD_MIN_ELEMENTS, sum(a.size for a in inputs))
     if sum(r.type.numel for r in op.results) > budget:
         return None
-    results = evaluate_op(op, inputs)
+    results = [np.asarray(array) for array in evaluate_op(op, inputs)]
+    for array in results:
+        # The table keeps a result as it is, not a copy, where no one else can change it:
+        # a transpose of weights stays a view until a pass or the lowering lays it out.
+        array.flags.writeable = False
     return [b.constant(array, name=r.name if array.size > 16 else None)
             for array, r in zip(results, op.results)]
 

@@ -51,7 +51,9 @@ def packed_weights(op: Op, b: Builder, panel_width: PanelWidth) -> list[Value] |
     weights = constant_value(b.graph, w) if w.shape[1] >= lanes else None
     if weights is None:
         return None
-    packed = b.constant(pack_matmul_weights(weights, lanes), name="packed_weights")
+    panels = pack_matmul_weights(weights, lanes)
+    panels.flags.writeable = False  # (the graph takes it as it is: no one else holds it)
+    packed = b.constant(panels, name="packed_weights")
     return [b.op("packed_matmul", [x, packed], {"n": w.shape[1]}, loc=op.loc).result]
 
 

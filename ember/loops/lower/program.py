@@ -104,7 +104,8 @@ class _Lowerer:
                 data = self.graph.constant_data(op)
                 name = self.new_buffer(op.attrs["name"] or op.result.name or "cst", op.result.type,
                                        "constant")
-                self.constants[name] = data
+                # (The graph may hold a view of another constant: code reads it laid out.)
+                self.constants[name] = data if data.flags.c_contiguous else data.copy(order="C")
                 self.env[op.result] = name
             elif op.name == "if":
                 steps.append(self.lower_if(op))
