@@ -91,11 +91,23 @@ def parse(module: ir.Module | str, tm: llvm.TargetMachine) -> llvm.ModuleRef:
     return ref
 
 
-def optimize(ref: llvm.ModuleRef, tm: llvm.TargetMachine, level: int = 3) -> None:
-    """Run LLVM's O`level` module pipeline (new pass manager) on `ref`, in place."""
-    options = llvm.create_pipeline_tuning_options(speed_level=level)
-    builder = llvm.create_pass_builder(tm, options)
+def optimize(ref: llvm.ModuleRef, tm: llvm.TargetMachine, level: int = 3,
+             unroll: bool = True) -> None:
+    """Run LLVM's O`level` module pipeline (new pass manager) on `ref`, in place; its loop
+    unroller only with `unroll` (`pipeline_options`)."""
+    builder = llvm.create_pass_builder(tm, pipeline_options(level, unroll))
     builder.getModulePassManager().run(ref, builder)
+
+
+def pipeline_options(level: int, unroll: bool = False) -> llvm.PipelineTuningOptions:
+    """LLVM's O`level` pipeline options; its loop unroller off unless `unroll`. A CPU
+    schedule unrolls where that pays (register tiles, a vector loop's copies); LLVM's
+    unroller, on the loops the schedule leaves serial, multiplies code that no measurement
+    here found faster (docs/benchmarks.md), and takes a quarter of LLVM's time on some
+    models (an 8x8 permute's nest took 0.8 s)."""
+    options = llvm.create_pipeline_tuning_options(speed_level=level)
+    options.loop_unrolling = unroll
+    return options
 
 
 def compile_ir(module: ir.Module | str, target: Target, opt: int = 3) -> llvm.ModuleRef:
@@ -104,7 +116,7 @@ def compile_ir(module: ir.Module | str, target: Target, opt: int = 3) -> llvm.Mo
     tm = target_machine(target)
     ref = parse(module, tm)
     if opt:
-        optimize(ref, tm, opt)
+        optimize(ref, tm, opt, unroll=False)
     return ref
 
 
@@ -316,7 +328,7 @@ def _compile_alone(text: str, opt: int, machine: Callable[[], llvm.TargetMachine
             if _unlocked("LLVMPY_VerifyModule")(ref, error):
                 raise CodegenError(f"generated LLVM IR does not verify: {error}")
         if opt:
-            builder = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(opt))
+            builder = llvm.create_pass_builder(tm, pipeline_options(opt))
             _unlocked("LLVMPY_RunNewModulePassManager")(builder.getModulePassManager(), ref,
                                                          builder)
         with ffi.OutputString() as error:

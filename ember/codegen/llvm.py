@@ -88,6 +88,7 @@ from ember.loops.ir import (
     walk_expr,
     walk_stmts,
 )
+from ember.loops.simplify import INT_FOLD
 from ember.loops.verify import interval
 
 VOID = ir.VoidType()
@@ -148,6 +149,13 @@ class KernelEmitter:
         # Loads of the unrolled copy being emitted -> their vector, from a block that the
         # unrolled loop transposed in registers (vector.transposed_loads).
         self.transposed: dict[Load, ir.Value] = {}
+        # The values of the statement being emitted, by expression and the block that
+        # computed them: an expression that appears twice in it (sigmoid's exp(-|x|)) is
+        # computed once. A statement's expressions read memory before it writes any.
+        self.values: dict[tuple[Expr, ir.Block], ir.Value] = {}
+        # Loop variable -> its value in the unrolled copy being emitted: index arithmetic
+        # on it folds here, rather than as instructions for LLVM to fold in every copy.
+        self.known: dict[str, int] = {}
 
     def nested(self, fn: ir.Function, private: Sequence[Buffer]) -> KernelEmitter:
         """An emitter for `fn`, the outlined body of a parallel loop of this kernel, with its
@@ -170,6 +178,7 @@ class KernelEmitter:
     # -- statements
     def stmts(self, stmts: Sequence[Stmt]) -> None:
         for s in stmts:
+            self.values.clear()
             self.STMT[type(s)](self, s)
 
     def store(self, s: Store) -> None:
@@ -258,7 +267,11 @@ class KernelEmitter:
 
     # -- expressions
     def expr(self, e: Expr) -> ir.Value:
-        return self.EXPR[type(e)](self, e)
+        key = (e, self.b.block)
+        value = self.values.get(key)
+        if value is None:
+            value = self.values[key] = self.EXPR[type(e)](self, e)
+        return value
 
     def index(self, e: Expr) -> ir.Value:
         """An index expression as i64."""
@@ -288,8 +301,10 @@ class KernelEmitter:
         for i, stride in zip(index, row_major_strides(shape)):
             term = self.index(i)
             if stride != 1:
-                term = b.mul(term, self.stride(stride))
-            offset = term if offset is None else b.add(offset, term)
+                term = fold_index("mul", term, self.stride(stride)) or \
+                    b.mul(term, self.stride(stride))
+            offset = term if offset is None else \
+                fold_index("add", offset, term) or b.add(offset, term)
         if name in self.local_names:  # llvmlite's alloca is a typed pointer to an array
             offset = ir.Constant(I64, 0) if offset is None else offset
             return b.gep(base, [ir.Constant(I64, 0), offset], inbounds=True), buf
@@ -306,6 +321,8 @@ class KernelEmitter:
         return constant(e.value, e.dtype)
 
     def var(self, e: Var) -> ir.Value:
+        if e.name in self.known:
+            return ir.Constant(I64, self.known[e.name])
         if e.name not in self.vars:
             raise self.error(f"index variable %{e.name} is used outside its loop")
         return self.b.load(self.vars[e.name], typ=I64)
@@ -356,6 +373,11 @@ class KernelEmitter:
         """The code of `e`'s own operation on its operands' values `xs` (in the order of
         `operands(e)`), computed by the caller: scalars here, single lanes for vector code."""
         b = self.b
+        if isinstance(e, Binary) and e.a.dtype is INDEX and \
+                (folded := fold_index(e.op, *xs)) is not None:
+            return folded
+        if isinstance(e, Select) and isinstance(xs[0], ir.Constant):
+            return xs[1] if xs[0].constant else xs[2]
         if isinstance(e, Unary):
             return self.op(scalar.unary, e.op, e.a.dtype, *xs)
         if isinstance(e, Binary):
@@ -391,6 +413,24 @@ class KernelEmitter:
 
     EXPR = {Const: const, Var: var, Load: load, Unary: operation, Binary: operation,
             Select: select, Fma: operation, Cast: operation, Bitcast: operation}
+
+
+def fold_index(op: str, a: ir.Value, b: ir.Value) -> ir.Value | None:
+    """Index arithmetic `op(a, b)` (i64) as a value without an instruction, where it is
+    one: on two constants, or an identity (x + 0, x * 1, x * 0); else None."""
+    x, y = (v.constant if isinstance(v, ir.Constant) and type(v.constant) is int else None
+            for v in (a, b))
+    if x is not None and y is not None and op in INT_FOLD:
+        value = INT_FOLD[op](x, y)
+        return None if value is None else \
+            constant(value, DType.bool if isinstance(value, bool) else INDEX)
+    if (op in ("add", "sub") and y == 0) or (op in ("mul", "floordiv") and y == 1):
+        return a
+    if (op == "add" and x == 0) or (op == "mul" and x == 1):
+        return b
+    if op == "mul" and 0 in (x, y):
+        return ir.Constant(I64, 0)
+    return None
 
 
 def emit_while(b: ir.IRBuilder, counter: ir.Value, more: Callable[[ir.Value], ir.Value],

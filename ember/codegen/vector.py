@@ -103,6 +103,7 @@ def emit_unrolled(em: KernelEmitter, s: For) -> bool:
         for k in range(count):
             value = ir.Constant(I64, start + k * s.step)
             em.b.store(value, slot)
+            em.known[s.var.name] = start + k * s.step
             em.transposed = {**outside, **{load: vectors[k]
                                            for load, vectors in transposed.items()}}
             if limit is None:
@@ -110,6 +111,7 @@ def emit_unrolled(em: KernelEmitter, s: For) -> bool:
             else:
                 with em.b.if_then(em.b.icmp_signed("<", value, limit)):
                     em.stmts(s.body)
+    em.known.pop(s.var.name, None)
     em.transposed = outside
     return True
 
@@ -240,6 +242,7 @@ class VectorBody:
         self.mask: ir.Value | None = None  # the active lanes, when the stop masks some
         self.count: ir.Value | None = None  # how many lanes are active, likewise
         self.lane_values: dict[str, ir.Value] = {}  # lane-private local -> its vector
+        self.values: dict[tuple[Expr, ir.Block], ir.Value] = {}  # (KernelEmitter.values)
 
     def vec(self, t: ir.Type) -> ir.VectorType:
         return ir.VectorType(t, self.width)
@@ -284,6 +287,8 @@ class VectorBody:
     # -- statements
     def stmts(self, stmts: Sequence[Stmt]) -> None:
         for st in stmts:
+            self.values.clear()  # (as the scalar emitter's: one statement's values)
+            self.em.values.clear()
             if isinstance(st, Store):
                 self.store(st)
                 continue
@@ -370,6 +375,13 @@ class VectorBody:
     # -- expressions
     def expr(self, e: Expr) -> ir.Value:
         """`e` as a vector, or as a scalar when it is the same in every lane."""
+        key = (e, self.b.block)
+        value = self.values.get(key)
+        if value is None:
+            value = self.values[key] = self._expr(e)
+        return value
+
+    def _expr(self, e: Expr) -> ir.Value:
         if isinstance(e, Var) and e.name == self.loop.var.name:
             return self.lanes()
         if isinstance(e, (Const, Var)):
