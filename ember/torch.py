@@ -1,6 +1,6 @@
 """`ember.torch`: capture PyTorch modules as graph IR.
 
-    graph = ember.torch.export(module, (x,))                 # torch.export, core ATen
+    graph = ember.torch.export(module, (x,))                 # torch.export to ATen
     fast = torch.compile(module, backend="ember")            # the torch.compile backend
 """
 

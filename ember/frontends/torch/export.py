@@ -23,7 +23,8 @@ from ember.graph.ir import Graph, sanitize_name
 
 def capture_program(module: torch.nn.Module, args: Sequence[Any], kwargs: dict | None = None,
                     dynamic: Any = None) -> tuple[torch.export.ExportedProgram, Any]:
-    """`module` exported in eval mode without gradients and decomposed to core ATen; also
+    """`module` exported in eval mode without gradients, to functional ATen ops that the
+    importer converts (`_aten_program`, then the core decompositions if one has none); also
     the pytree spec of its output structure. `dynamic`: the dims to keep symbolic
     (`dynamic_shapes`, see `dynamic_shapes`)."""
     if not isinstance(module, torch.nn.Module):

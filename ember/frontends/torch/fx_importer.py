@@ -1,6 +1,7 @@
-"""Importing an FX graph of core ATen ops into the graph IR.
+"""Importing an FX graph of ATen ops into the graph IR.
 
-Both doors use it: `ember.torch.export` (torch.export, then the core ATen decompositions)
+Both doors use it: `ember.torch.export` (torch.export to functional ATen in one trace,
+and the core ATen decompositions where an op has no converter)
 and the `ember` torch.compile backend (Dynamo, then AOT Autograd). Placeholders become
 graph inputs or constants, get_attr nodes constants, and each call_function node goes
 through the converter registered for its ATen overload (aten_*.py). Every op remembers
