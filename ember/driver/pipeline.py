@@ -235,6 +235,7 @@ def kernel_table(program) -> list[dict]:
 
     table = []
     every_size = bool(program.sizes)
+    known: dict[tuple, dict] = {}  # copies of one kernel (schedule_program's) share lists
     for kernel in program.kernels:
         # A fused kernel's origin ends with its members, "[a, b]"; the op's own location
         # before them may quote a source line with brackets of its own.
@@ -244,13 +245,16 @@ def kernel_table(program) -> list[dict]:
         # A kernel of every size gives its sizes as text (`?b*512`), bytes too, and the
         # sizes it takes after its buffers; its flops, which depend on them, are not noted.
         sizes = kernel.sizes if every_size else ()
+        shared = (id(kernel.params), id(kernel.body), id(kernel.locals))
+        if shared not in known:
+            known[shared] = {
+                "bytes": _json_size(param_bytes(kernel)),
+                "flops": 0 if sizes else flops(kernel), "schedule": schedule_summary(kernel),
+                "notes": slowness_notes(kernel),
+                "params": [[p.dtype.value, [_json_size(d) for d in p.shape]]
+                           for p in kernel.params], "sizes": list(sizes)}
         table.append({"name": kernel.name, "ops": ops, "origin": kernel.origin,
-                      "bytes": _json_size(param_bytes(kernel)),
-                      "flops": 0 if sizes else flops(kernel),
-                      "schedule": schedule_summary(kernel),
-                      "notes": slowness_notes(kernel),
-                      "params": [[p.dtype.value, [_json_size(d) for d in p.shape]]
-                                 for p in kernel.params], "sizes": list(sizes)})
+                      **known[shared]})
     return table
 
 
