@@ -60,9 +60,9 @@ def _constants_check(blob: np.ndarray) -> str:
 
 def _mapped(path: Path, size: int) -> np.ndarray:
     """The bytes of the file at `path` (`size` of them, else CorruptEntry), mapped rather
-    than read: a warm start touches only the pages its kernels read, shared with every
-    process that maps them. A private mapping: a write would change this process's copy,
-    never the file (no kernel writes a constant)."""
+    than read: no copy (a copy of a large model's weights cost more than reading them), the
+    pages the page cache's, shared with every process that maps them. A private mapping: a
+    write would change this process's copy, never the file (no kernel writes a constant)."""
     with open(path, "rb") as f:
         if os.fstat(f.fileno()).st_size != size:
             raise CorruptEntry(f"{path.name} has the wrong size")
