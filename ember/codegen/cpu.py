@@ -99,12 +99,11 @@ def optimize(ref: llvm.ModuleRef, tm: llvm.TargetMachine, level: int = 3,
     builder.getModulePassManager().run(ref, builder)
 
 
-def pipeline_options(level: int, unroll: bool = False) -> llvm.PipelineTuningOptions:
-    """LLVM's O`level` pipeline options; its loop unroller off unless `unroll`. A CPU
-    schedule unrolls where that pays (register tiles, a vector loop's copies); LLVM's
-    unroller, on the loops the schedule leaves serial, multiplies code that no measurement
-    here found faster (docs/benchmarks.md), and takes a quarter of LLVM's time on some
-    models (an 8x8 permute's nest took 0.8 s)."""
+def pipeline_options(level: int, unroll: bool) -> llvm.PipelineTuningOptions:
+    """LLVM's O`level` pipeline options; its loop unroller off unless `unroll` (CPU code:
+    off). A CPU schedule unrolls where that pays (register tiles, a vector loop's copies);
+    LLVM's unroller, on the loops the schedule leaves serial, multiplies code that no
+    measurement found faster and much of LLVM's time (docs/benchmarks.md, stop 41)."""
     options = llvm.create_pipeline_tuning_options(speed_level=level)
     options.loop_unrolling = unroll
     return options
@@ -328,7 +327,7 @@ def _compile_alone(text: str, opt: int, machine: Callable[[], llvm.TargetMachine
             if _unlocked("LLVMPY_VerifyModule")(ref, error):
                 raise CodegenError(f"generated LLVM IR does not verify: {error}")
         if opt:
-            builder = llvm.create_pass_builder(tm, pipeline_options(opt))
+            builder = llvm.create_pass_builder(tm, pipeline_options(opt, unroll=False))
             _unlocked("LLVMPY_RunNewModulePassManager")(builder.getModulePassManager(), ref,
                                                          builder)
         with ffi.OutputString() as error:

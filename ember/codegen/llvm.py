@@ -89,6 +89,7 @@ from ember.loops.ir import (
     walk_stmts,
 )
 from ember.loops.simplify import INT_FOLD
+from ember.loops.text import kernel_structure
 from ember.loops.verify import interval
 
 VOID = ir.VoidType()
@@ -301,10 +302,8 @@ class KernelEmitter:
         for i, stride in zip(index, row_major_strides(shape)):
             term = self.index(i)
             if stride != 1:
-                term = fold_index("mul", term, self.stride(stride)) or \
-                    b.mul(term, self.stride(stride))
-            offset = term if offset is None else \
-                fold_index("add", offset, term) or b.add(offset, term)
+                term = index_op(b, "mul", term, self.stride(stride))
+            offset = term if offset is None else index_op(b, "add", offset, term)
         if name in self.local_names:  # llvmlite's alloca is a typed pointer to an array
             offset = ir.Constant(I64, 0) if offset is None else offset
             return b.gep(base, [ir.Constant(I64, 0), offset], inbounds=True), buf
@@ -433,6 +432,14 @@ def fold_index(op: str, a: ir.Value, b: ir.Value) -> ir.Value | None:
     return None
 
 
+def index_op(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
+    """`op(x, y)` on i64 indices ("add" or "mul"): folded where `fold_index` can."""
+    folded = fold_index(op, x, y)
+    if folded is not None:
+        return folded
+    return b.add(x, y) if op == "add" else b.mul(x, y)
+
+
 def emit_while(b: ir.IRBuilder, counter: ir.Value, more: Callable[[ir.Value], ir.Value],
                body: Callable[[], None], step: int, name: str) -> None:
     """while more(*counter) { body(); *counter += step }, at the builder's position (the
@@ -506,7 +513,7 @@ def _add_kernels(module: ir.Module, kernels: Sequence[Kernel],
     copy is a call of the first, so LLVM optimizes and codegens each body once. `declared`
     kernels are only declared: another module defines them. Also each kernel's size
     arguments (none looked for unless `every_size`: a program of numbers has none)."""
-    structures = structures or [_structure(k) for k in kernels]
+    structures = structures or [kernel_structure(k) for k in kernels]
     sizes = {k.name: k.sizes if every_size else () for k in (*kernels, *declared)}
     functions = {k.name: declare_kernel(module, k, sizes[k.name])
                  for k in (*kernels, *declared)}
@@ -521,13 +528,6 @@ def _add_kernels(module: ir.Module, kernels: Sequence[Kernel],
             b.call(body, functions[k.name].args)
             b.ret_void()
     return functions, sizes
-
-
-def _structure(kernel: Kernel) -> str:
-    """The kernel's loop-IR text without its name and origin: equal for identical code."""
-    from ember.loops.text import print_kernel
-
-    return print_kernel(Kernel("_", kernel.params, kernel.body, kernel.locals))
 
 
 def kernel_module(kernels: Sequence[Kernel], name: str = "kernels") -> ir.Module:
@@ -673,7 +673,7 @@ def program_modules(program: Program, plan: dict[str, int], shards: int) -> Iter
     which the others declare; every module is named after the program, so they agree on
     that global's name."""
     _check_names([k.name for k in program.kernels], program.name, entry_name(program.name))
-    structures = [_structure(k) for k in program.kernels]
+    structures = [kernel_structure(k) for k in program.kernels]
     groups: dict[str, list[int]] = {}
     for i, structure in enumerate(structures):
         groups.setdefault(structure, []).append(i)

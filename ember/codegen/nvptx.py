@@ -50,6 +50,7 @@ from ember.loops.ir import (
     ProgramStep,
     expr_dim,
 )
+from ember.loops.text import kernel_structure
 from ember.target import Target
 
 TRIPLE = "nvptx64-nvidia-cuda"
@@ -239,8 +240,6 @@ def program_module(program: Program) -> tuple[ir.Module, dict[str, list[Launch]]
     """The LLVM module of `program`'s kernels for the GPU (one function per launch), and
     each kernel's launches, in order. Identical kernels (a model's repeated blocks) share
     their functions."""
-    from ember.codegen.llvm import _structure
-
     if program.sizes:  # (the driver then compiles per binding of the sizes)
         raise SymbolicShapeError("GPU code is compiled for one shape: its sizes (?"
                                  + ", ?".join(program.sizes) + ") must be numbers")
@@ -252,7 +251,7 @@ def program_module(program: Program) -> tuple[ir.Module, dict[str, list[Launch]]
     annotations = module.add_named_metadata("nvvm.annotations")
     with scalar.external_names(device_function):
         for kernel in program.kernels:
-            structure = _structure(kernel)
+            structure = kernel_structure(kernel)
             if structure in first:
                 plan[kernel.name] = plan[first[structure]]
                 continue

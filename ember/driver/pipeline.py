@@ -232,10 +232,11 @@ def kernel_table(program) -> list[dict]:
     it from its roofline (`slowness_notes`), for explain."""
     from ember.loops.cost import flops, param_bytes, schedule_summary
     from ember.loops.diagnose import slowness_notes
+    from ember.loops.ir import shared_code
 
     table = []
     every_size = bool(program.sizes)
-    known: dict[tuple, dict] = {}  # copies of one kernel (schedule_program's) share lists
+    known: dict[tuple, dict] = {}  # by `shared_code`: a repeated block's copies alike
     for kernel in program.kernels:
         # A fused kernel's origin ends with its members, "[a, b]"; the op's own location
         # before them may quote a source line with brackets of its own.
@@ -245,7 +246,7 @@ def kernel_table(program) -> list[dict]:
         # A kernel of every size gives its sizes as text (`?b*512`), bytes too, and the
         # sizes it takes after its buffers; its flops, which depend on them, are not noted.
         sizes = kernel.sizes if every_size else ()
-        shared = (id(kernel.params), id(kernel.body), id(kernel.locals))
+        shared = shared_code(kernel)
         if shared not in known:
             known[shared] = {
                 "bytes": _json_size(param_bytes(kernel)),

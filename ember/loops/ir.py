@@ -364,6 +364,13 @@ class Kernel:
         return tuple(sorted(names))
 
 
+def shared_code(kernel: Kernel) -> tuple[int, int, int]:
+    """Equal for the copies of one kernel that share its lists (`schedule_program` gives a
+    repeated block's kernels one scheduled body): what is checked or measured once for
+    all of them. The copies live in the program, so their ids name no other."""
+    return id(kernel.params), id(kernel.body), id(kernel.locals)
+
+
 def walk_stmts(stmts: Sequence[Stmt]) -> Iterator[Stmt]:
     for s in stmts:
         yield s

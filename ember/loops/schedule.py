@@ -56,7 +56,7 @@ from ember.loops.schedules import pool as pool_schedules
 from ember.loops.schedules.params import Parameters
 from ember.loops.schedules.window_nest import Windows, window_nests
 from ember.loops.simplify import simplify_kernel
-from ember.loops.text import print_kernel
+from ember.loops.text import kernel_structure, print_kernel
 from ember.loops.tune.context import Tuning, chosen_gemm_schedule
 from ember.loops.tune.gemm import key_of
 from ember.loops.tune.knobs import kernel_key, search_texts, value_sets
@@ -481,8 +481,7 @@ def schedule_program(program: Program, target: Target, tuning: Tuning | None = N
     for kernel in program.kernels:
         key = f"kernel/{kernel.name}"
         record = tuning.lookup(key) if tuning is not None else None
-        structure = None if record else \
-            print_kernel(Kernel("_", kernel.params, kernel.body, kernel.locals))
+        structure = None if record else kernel_structure(kernel)
         if structure in done:
             result, steps, fingerprint = done[structure]
             scheduled.append(replace(result, name=kernel.name, origin=kernel.origin))

@@ -109,6 +109,12 @@ def _stmts(stmts: list[Stmt], indent: str, lines: list[str]) -> None:
             raise TypeError(s)
 
 
+def kernel_structure(kernel: Kernel) -> str:
+    """The kernel's loop-IR text without its name and origin: equal for identical code (a
+    model's repeated blocks), which is scheduled and emitted once."""
+    return print_kernel(Kernel("_", kernel.params, kernel.body, kernel.locals))
+
+
 def print_kernel(k: Kernel) -> str:
     origin = f" loc({quote(k.origin)})" if k.origin else ""
     lines = [f"kernel @{k.name}({', '.join(_buffer(b) for b in k.params)}){origin} {{"]

@@ -40,6 +40,7 @@ from ember.loops.ir import (
     Unary,
     Var,
     is_size,
+    shared_code,
     walk_expr,
     walk_stmts,
 )
@@ -90,14 +91,13 @@ def verify_program(program: Program) -> Program:
             if data is None or data.shape != b.buffer.shape or data.dtype != b.buffer.dtype.np:
                 raise VerificationError(f"constant buffer %{b.buffer.name} has no matching data")
     kernels: dict[str, Kernel] = {}
-    verified = set()  # copies of one kernel (schedule_program's) share their lists
+    verified = set()
     for k in program.kernels:
         if k.name in kernels:
             raise VerificationError(f"kernel @{k.name} is defined twice")
-        shared = (id(k.params), id(k.body), id(k.locals))
-        if shared not in verified:
+        if shared_code(k) not in verified:
             verify_kernel(k)
-            verified.add(shared)
+            verified.add(shared_code(k))
         kernels[k.name] = k
     _verify_steps(program.steps, buffers, kernels)
     return program
