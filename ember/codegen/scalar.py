@@ -11,9 +11,11 @@ Semantics follow the graph IR's reference (NumPy) where NumPy defines them:
 - integer `div`/`floordiv`/`mod`/`fmod` by zero give 0, and a signed division by -1 wraps
   (no SIGFPE on INT_MIN / -1);
 - shifts by an amount outside [0, width) give 0, or the sign fill for a signed `shr`;
-- float -> integer truncates toward zero; out-of-range values saturate to the target's
-  range and NaN gives 0 (`llvm.fpto[su]i.sat`), where NumPy's result is platform-defined;
-- integer `pow` computes in f64 and converts like a cast, as the reference does;
+- float -> integer truncates toward zero into i32 or i64, a value outside it or NaN giving
+  its minimum, then wraps to the target's width: what PyTorch, NumPy and ONNX Runtime give
+  on x86-64 (C leaves it undefined), on every target (`float_to_int`);
+- integer `pow` is exact and wraps on overflow, as repeated multiplication does (ATen's);
+  a negative exponent gives 1 for a base of 1, +-1 for -1 and 0 for any other base;
 - f64 -> f16 rounds once (round-to-odd to f32 first), f64 -> bf16 goes through f32 as
   ml_dtypes does.
 """
@@ -216,10 +218,26 @@ def _round_to(b: ir.IRBuilder, x: ir.Value, dst: DType) -> ir.Value:
     return b.bitcast(_bf16_round_bits(b, x), F32)
 
 
-def float_to_int(b: ir.IRBuilder, x: ir.Value, dst: DType) -> ir.Value:
-    ity = value_type(dst)
-    base = "llvm.fptosi.sat" if dst.is_signed else "llvm.fptoui.sat"
+def _fp_to_int(b: ir.IRBuilder, x: ir.Value, ity: ir.IntType, signed: bool) -> ir.Value:
+    base = "llvm.fptosi.sat" if signed else "llvm.fptoui.sat"
     return b.call(declare(b, f"{base}.i{ity.width}.{_suffix(x.type)}", ity, [x.type]), [x])
+
+
+def float_to_int(b: ir.IRBuilder, x: ir.Value, dst: DType) -> ir.Value:
+    """As `ember.graph.ops.elementwise.float_to_int` defines it: through i32 or i64, a value
+    outside it or NaN giving its minimum, then wrapped to `dst`'s width."""
+    ity = value_type(dst)
+    wide = I32 if dst.itemsize < 4 or dst is DType.i32 else I64
+    t = call_intrinsic(b, "llvm.trunc", x)
+    bound = 1 << (wide.width - 1)
+    inside = b.and_(b.fcmp_ordered(">=", t, _const_like(x, -float(bound))),
+                    b.fcmp_ordered("<", t, high := _const_like(x, float(bound))))
+    out = b.select(inside, _fp_to_int(b, t, wide, True), ir.Constant(wide, -bound))
+    if dst is DType.u64:
+        top = b.and_(b.fcmp_ordered(">=", t, high),
+                     b.fcmp_ordered("<", t, _const_like(x, 2.0 ** wide.width)))
+        out = b.select(top, _fp_to_int(b, t, wide, False), out)
+    return b.trunc(out, ity) if ity.width < wide.width else out
 
 
 def cast(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType) -> ir.Value:
@@ -440,8 +458,23 @@ def _int_floordiv(b, t, x, y):
 
 
 def _int_pow(b, t, x, y):
-    to_f64 = b.sitofp if t.is_signed else b.uitofp
-    return float_to_int(b, call_intrinsic(b, "llvm.pow", to_f64(x, F64), to_f64(y, F64)), t)
+    """x ** y by squaring, one step per bit of the exponent (no branches), wrapping as the
+    multiplies do; a negative y gives 1 for x = 1, +-1 for x = -1 and 0 otherwise."""
+    one, zero = _const_like(x, 1), _const_like(x, 0)
+    negative = b.icmp_signed("<", y, zero) if t.is_signed else None
+    exponent = y if negative is None else b.select(negative, zero, y)
+    result, base = one, x
+    for _ in range(x.type.width - t.is_signed):
+        result = b.select(b.trunc(exponent, I1), b.mul(result, base), result)
+        base = b.mul(base, base)
+        exponent = b.lshr(exponent, one)
+    if negative is None:
+        return result
+    odd = b.trunc(y, I1)
+    minus_one = b.select(odd, _const_like(x, -1), one)
+    tiny = b.select(b.icmp_signed("==", x, one), one,
+                    b.select(b.icmp_signed("==", x, _const_like(x, -1)), minus_one, zero))
+    return b.select(negative, tiny, result)
 
 
 def _shl(b, t, x, y):

@@ -414,6 +414,11 @@ def has_vector_code(e: Expr) -> bool:
     return _no_vector_code(e) is None
 
 
+def lanes_compute(e: Expr) -> bool:
+    """Whether every operation of `e`, but those of its loads' indices, has vector code."""
+    return has_vector_code(e) and (isinstance(e, Load) or all(map(lanes_compute, operands(e))))
+
+
 def _reduction(st: Stmt, locals_: set[str], name: str) -> bool:
     """Whether `st` is `%acc[u] = op(%acc[u], x)`, u uniform in lane variable `name`, on a
     local of a type and op with a vector reduction (`REDUCTION_IDENTITY`)."""

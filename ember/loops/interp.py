@@ -7,7 +7,6 @@ stores and casts, as the generated code does.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -16,6 +15,7 @@ from ember.dtypes import DType
 from ember.errors import InterpreterError
 from ember.graph.ops.elementwise import BINARY_OPS as GRAPH_BINARY
 from ember.graph.ops.elementwise import UNARY_OPS as GRAPH_UNARY
+from ember.graph.ops.elementwise import float_to_int
 from ember.graph.ops.registry import get_opdef
 from ember.loops.ir import (
     Binary,
@@ -162,8 +162,8 @@ class LoopInterpreter:
             value = self.eval(e.a, buffers, env)
             if e.dtype is DType.bool:
                 return np.bool_(value != 0)
-            if e.dtype.is_int and e.a.dtype.is_float and not math.isfinite(float(value)):
-                return _scalar(0, e.dtype)
+            if e.dtype.is_int and e.a.dtype.is_float:
+                return _scalar(float_to_int(np.asarray(value), e.dtype), e.dtype)
             rounded = np.asarray(value).astype(e.dtype.np)  # round to the (half) type
             return _scalar(rounded, e.dtype)
         if isinstance(e, Bitcast):

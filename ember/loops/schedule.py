@@ -29,7 +29,7 @@ from typing import Any
 from ember.dtypes import DType
 from ember.errors import ScheduleError, VerificationError
 from ember.graph.symbolic import definitely
-from ember.loops.analysis import access_kind, has_vector_code, independent, stored_buffers
+from ember.loops.analysis import access_kind, independent, lanes_compute, stored_buffers
 from ember.loops.cost import trip_count, weighted
 from ember.loops.ir import (
     Const,
@@ -336,7 +336,7 @@ def _block_transposes(scheduling: _Scheduling, target: Target) -> None:
         inner = outer.body[0]
         # (A block is register-transposed vectors: a fused epilogue without vector code, a
         # sin, leaves the nest as it is.)
-        if not all(isinstance(x, Store) and has_vector_code(x.value) for x in inner.body) \
+        if not all(isinstance(x, Store) and lanes_compute(x.value) for x in inner.body) \
                 or not all(_constant_bounds(x) and x.kind == "serial" and x.step == 1 and
                            trip_count(x) >= side for x in (outer, inner)):
             continue

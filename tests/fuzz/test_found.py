@@ -44,3 +44,18 @@ def test_a_transpose_with_an_epilogue_that_has_no_vector_code() -> None:
     inputs = [RNG.standard_normal((8, 1, 8, 1)).astype(np.float32)]
     np.testing.assert_allclose(compile_graph(graph, CPU)(*inputs)[0],
                                interpret(graph, inputs)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_transpose_beside_a_value_whose_operand_has_no_vector_code() -> None:
+    """Found by tests/conformance/test_numerics.py: a fused kernel storing a transpose and
+    `cast(isnan(x))` failed to compile. The transpose blocking asked whether the cast had
+    vector code, not whether the isnan under it had."""
+    b = Builder("transpose_isnan")
+    x = b.input("x", DType.f32, (21, 21))
+    b.output(b.cast(b.isnan(x), to=DType.u8))
+    b.output(b.transpose(x, perm=(1, 0)))
+    graph = b.build()
+    inputs = [RNG.standard_normal((21, 21)).astype(np.float32)]
+    inputs[0][3, 4] = np.nan
+    for got, want in zip(compile_graph(graph, CPU)(*inputs), interpret(graph, inputs)):
+        np.testing.assert_array_equal(got, want)

@@ -70,6 +70,16 @@ def _declared_kind(op_type: str, domain: str, opset: int, name: str) -> int | No
     return None if declared is None else int(declared.type.value)  # (AttributeType's numbers)
 
 
+@functools.cache
+def _declared_attributes(op_type: str, domain: str, opset: int) -> frozenset[str] | None:
+    """The attribute names that ONNX's schema of `op_type` at `opset` declares, or None
+    where no schema says."""
+    try:
+        return frozenset(onnx.defs.get_schema(op_type, opset, domain).attributes)
+    except onnx.defs.SchemaError:
+        return None
+
+
 def find_converter(op_type: str, domain: str, opset: int) -> Converter | None:
     """The converter for `op_type` at `opset`: the registered one with the highest `since`."""
     _load_converters()
@@ -174,6 +184,17 @@ class ConvertContext:
         return None if value is None else self.importer.constant_value(value)
 
     # -- attributes -----------------------------------------------------------------------------
+    def check_attributes(self) -> None:
+        """Refuse an attribute that the operator does not declare at this opset (ReduceMax's
+        `axes` at opset 18, where it became an input): ignored, it would change the result
+        in silence."""
+        declared = _declared_attributes(self.node.op_type, self.node.domain, self.opset)
+        unknown = sorted(set(self._attrs) - declared) if declared is not None else []
+        if unknown:
+            raise self.error(f"attribute '{unknown[0]}' is not one that {self.node.op_type}"
+                             f" declares at opset {self.opset} (it declares"
+                             f" {', '.join(sorted(declared)) or 'none'})")
+
     def has_attr(self, name: str) -> bool:
         return name in self._attrs
 

@@ -213,6 +213,7 @@ class Importer:
         node_builder = Builder(graph=builder.graph, region=builder.region, loc=loc)
         ctx = ConvertContext(self, node, inputs, opset, node_builder, scope)
         try:
+            ctx.check_attributes()
             results = fn(ctx)
         except EmberError as e:
             where = self.describe_node(node, opset)

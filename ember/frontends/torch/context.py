@@ -250,6 +250,13 @@ class ConvertContext:
         return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
 
     def constant(self, value: Any, dtype: DType) -> Value:
+        if isinstance(value, int) and not isinstance(value, bool) and dtype.is_int:
+            # A scalar outside an integer dtype's range wraps, as ATen's conversion of a
+            # Scalar does (`x.clamp(min=-3)` of uint8 bounds it by 253).
+            bits = 8 * dtype.itemsize
+            value %= 1 << bits
+            if dtype.is_signed and value >= 1 << (bits - 1):
+                value -= 1 << bits
         return self.b.constant(np.asarray(value, dtype=dtype.np))
 
     def as_value(self, x: Any, dtype: DType) -> Value:

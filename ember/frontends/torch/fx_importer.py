@@ -19,7 +19,7 @@ import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx.node import map_arg
 
-from ember.errors import EmberError, UnsupportedOpError
+from ember.errors import EmberError, InternalError, UnsupportedOpError
 from ember.frontends.torch.context import (
     ConvertContext,
     check_result,
@@ -194,6 +194,11 @@ def _convert(node: torch.fx.Node, env: dict, b: Builder) -> Any:
     except EmberError as e:
         raise e if ctx.where in str(e) else located(e, f"aten.{overload_name(node.target)}"
                                                       f" ({ctx.where})") from None
+    except (ArithmeticError, LookupError, TypeError, ValueError, AttributeError) as e:
+        # A node the converter did not expect: an error naming the node, not a traceback
+        # from inside the converter.
+        raise InternalError(f"aten.{overload_name(node.target)} ({ctx.where}): the converter"
+                            f" failed on this node ({type(e).__name__}: {e})") from e
     check_result(ctx, list(result) if isinstance(result, (tuple, list)) else [result])
     return result
 

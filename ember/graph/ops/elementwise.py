@@ -104,9 +104,26 @@ def _div(a, b):
 
 def _pow(a, b):
     if a.dtype.kind in "iu":
-        # NumPy refuses negative integer exponents; compute in f64 and truncate like ONNX.
-        return np.power(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
+        return _int_pow(a, b)
     return np.power(a, b)
+
+
+def _int_pow(a, b):
+    """a ** b for integers, exact and wrapping on overflow as repeated multiplication does
+    (ATen's; NumPy refuses negative exponents). A negative exponent gives 1 for a base of 1,
+    +-1 for -1 and 0 for any other base (the integer part of the true power)."""
+    a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+    result, base = np.ones(a.shape, a.dtype), a.copy()
+    exponent = np.where(b < 0, 0, b).astype(b.dtype)
+    with np.errstate(over="ignore"):
+        while np.any(exponent):
+            result = np.where(exponent & 1, result * base, result).astype(a.dtype)
+            base = (base * base).astype(a.dtype)
+            exponent = exponent >> 1
+    if a.dtype.kind == "i":
+        tiny = np.where(a == 1, 1, np.where(a == -1, np.where(b & 1, -1, 1), 0))
+        result = np.where(b < 0, tiny, result).astype(a.dtype)
+    return result
 
 
 def _shift_right(a, b):
@@ -171,8 +188,29 @@ define("where", arity=3, infer=_where_infer, reference=np.where,
 def _cast_reference(x, to):
     if to is DType.bool:
         return x != 0
+    if x.dtype.kind == "f" and to.is_int:
+        return float_to_int(x, to)
     with np.errstate(invalid="ignore", over="ignore"):
         return x.astype(to.np)
+
+
+def float_to_int(x: np.ndarray, to: DType) -> np.ndarray:
+    """Floats to integers as PyTorch, NumPy and ONNX Runtime convert them on x86-64 (where C
+    leaves it undefined), on every target: truncated toward zero into i32 (for targets of
+    at most 32 bits but u32) or i64, a value outside that type or NaN giving its minimum,
+    then wrapped to the target's width (300.0 -> i8 44, -1.0 -> u8 255). u64 also takes the
+    values of [2**63, 2**64) exactly."""
+    bits = 32 if to.itemsize < 4 or to is DType.i32 else 64
+    low, high = -2.0 ** (bits - 1), 2.0 ** (bits - 1)
+    with np.errstate(invalid="ignore"):
+        t = np.trunc(x.astype(np.float64))
+        inside = (t >= low) & (t < high)
+        wide = np.where(inside, t, low).astype(np.int32 if bits == 32 else np.int64)
+        out = wide.astype(to.np)
+        if to is DType.u64:
+            top = (t >= high) & (t < 2.0 * high)
+            out = np.where(top, np.where(top, t, 0).astype(np.uint64), out)
+    return out
 
 
 define("cast", arity=1, attrs={"to": Attr("dtype")},

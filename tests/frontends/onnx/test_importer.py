@@ -245,6 +245,21 @@ def test_an_attribute_of_another_kind_than_the_schema_declares_is_refused() -> N
         import_model(model)
 
 
+def test_an_attribute_the_operator_does_not_declare_is_refused() -> None:
+    """Found by tests/conformance/test_numerics.py: a ReduceMax at opset 18 (where `axes`
+    became an input) with an `axes` attribute reduced every axis, the attribute ignored."""
+    node = onnx.helper.make_node("ReduceMax", ["x"], ["y"], axes=[1])
+    graph = onnx.helper.make_graph([node], "g",
+                                   [onnx.helper.make_tensor_value_info("x", 1, [2, 3])],
+                                   [onnx.helper.make_tensor_value_info("y", 1, None)])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 18)])
+    with pytest.raises(EmberError, match="attribute 'axes' is not one that ReduceMax declares"
+                                         " at opset 18"):
+        import_model(model)
+    model.opset_import[0].version = 17  # where ReduceMax declares it
+    assert import_model(model).outputs[0].type.shape == (2, 1)
+
+
 def test_a_recurrent_node_without_its_weights_is_refused() -> None:
     """Found by the importer's fuzzer (fuzz/corpus/onnx_model/crash-rnn-without-weights):
     an RNN whose W input was missing failed with an AttributeError in its converter."""
