@@ -16,6 +16,7 @@ from ember.config import Config
 from ember.dtypes import DType
 from ember.errors import (
     BadAttributeError,
+    DataError,
     DeviceError,
     EmberError,
     InternalError,
@@ -55,6 +56,7 @@ __all__ = [
     "Builder",
     "Config",
     "DType",
+    "DataError",
     "DeviceError",
     "EmberError",
     "Graph",

@@ -53,6 +53,11 @@ class InternalError(EmberError):
     with where it happened; the original exception is its cause."""
 
 
+class DataError(EmberError):
+    """A value that compiled code found it cannot compute with while running (an index out
+    of range, an integer division by zero), named with the op it came from."""
+
+
 class ResourceError(EmberError):
     """Work that would need more memory than the machine has, refused before allocating."""
 

@@ -34,8 +34,8 @@ from ember.codegen.llvm import entry_name
 from ember.codegen.parallel import OPENMP_SYMBOLS, num_threads_symbol
 from ember.target import Target, usable_cores
 
-ENTRY_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                              ctypes.c_void_p)
+ENTRY_TYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p,
+                              ctypes.c_void_p, ctypes.c_void_p)
 _PROCESS = ctypes.CDLL(None)
 
 
@@ -230,7 +230,8 @@ class JitModule:
 
     def entry(self, program_name: str) -> ctypes._CFuncPtr:
         """The entry of program `program_name`: fn(inputs, outputs, constants, arena), the
-        first three arrays of buffer pointers (see `pointer_array`)."""
+        first three arrays of buffer pointers (see `pointer_array`); it returns the status
+        (0, or which check failed: `ember.runtime.executable.Interface.failure`)."""
         fn = ENTRY_TYPE(self.address(entry_name(program_name)))
         fn._ember_owner = self
         return fn

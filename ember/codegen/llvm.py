@@ -40,6 +40,7 @@ from ember.codegen.parallel import (
     thread_count,
 )
 from ember.codegen.scalar import (
+    I32,
     I64,
     PTR,
     cast,
@@ -541,7 +542,10 @@ def kernel_module(kernels: Sequence[Kernel], name: str = "kernels") -> ir.Module
 # -- programs ------------------------------------------------------------------------------------
 
 class EntryEmitter:
-    """Emits a program's entry function: buffer pointers first, then the steps in order."""
+    """Emits a program's entry function: buffer pointers first, then the steps in order.
+    It returns 0, or as soon as a call sets the status word (a failed check), the word
+    with the call's number among those that pass it (`Program.status_calls`) above it:
+    `number << 8 | word`."""
 
     def __init__(self, module: ir.Module, program: Program, plan: dict[str, int],
                  functions: dict[str, ir.Function], kernel_sizes: dict[str, tuple[str, ...]]):
@@ -549,7 +553,7 @@ class EntryEmitter:
         self.program, self.functions, self.kernel_sizes = program, functions, kernel_sizes
         symbols = program.sizes
         names = ENTRY_ARGS + SIZED_ENTRY_ARGS if symbols else ENTRY_ARGS
-        fn = ir.Function(module, ir.FunctionType(VOID, [PTR] * len(names)),
+        fn = ir.Function(module, ir.FunctionType(I32, [PTR] * len(names)),
                          entry_name(program.name))
         fn.attributes.add("nounwind")
         for arg, arg_name in zip(fn.args, names):
@@ -577,13 +581,17 @@ class EntryEmitter:
                 offset = ir.Constant(I64, plan[buf.name])
             self.ptrs[buf.name] = b.gep(tables["arena"], [offset], inbounds=True,
                                         source_etype=scalar.I8, name=buf.name)
+        self.status_calls = 0
+        for buf in program.of_kind("status"):  # (one: the verifier checks)
+            self.status = self.ptrs[buf.name] = b.alloca(I32, name=buf.name)
+            b.store(ir.Constant(I32, 0), self.status)
 
     def error(self, message: str) -> CodegenError:
         return CodegenError(f"program @{self.program.name}: {message}")
 
     def emit(self) -> None:
         self.steps(self.program.steps)
-        self.b.ret_void()
+        self.b.ret(ir.Constant(I32, 0))
 
     def steps(self, steps: Sequence[ProgramStep]) -> None:
         for s in steps:
@@ -623,6 +631,15 @@ class EntryEmitter:
                                  f" {buf.dtype}{list(buf.shape)}")
             args.append(ptr)
         self.b.call(fn, args + [self.sizes[name] for name in self.kernel_sizes[s.kernel]])
+        if any(self.program.buffer(name).kind == "status" for name in s.args):
+            b, number = self.b, self.status_calls
+            self.status_calls += 1
+            word = b.load(self.status, typ=I32)
+            failed, passed = b.append_basic_block("failed"), b.append_basic_block("passed")
+            b.cbranch(b.icmp_signed("!=", word, ir.Constant(I32, 0)), failed, passed)
+            b.position_at_end(failed)
+            b.ret(b.or_(word, ir.Constant(I32, number << 8)))
+            b.position_at_end(passed)
 
     def if_(self, s: ProgramIf) -> None:
         with self.b.if_else(self.flag(s.cond)) as (then, orelse):

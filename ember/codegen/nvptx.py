@@ -333,6 +333,9 @@ def module_ptx(module: ir.Module | str, target: Target) -> str:
 
 def program_ptx(program: Program, target: Target) -> tuple[str, dict[str, list[Launch]]]:
     """`program`'s PTX for `target`, and each kernel's launches."""
+    if program.of_kind("status"):
+        raise CodegenError(f"program @{program.name} checks values (a status buffer): the"
+                           " GPU's programs do not (its backend runs no `check_values`)")
     module, plan = program_module(program)
     return module_ptx(module, target), plan
 

@@ -39,7 +39,7 @@ C_CONTIGUOUS_ALIGNED = 0x1 | 0x100  # NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED
 
 # The descriptor: i64 fields in this order.
 DESCRIPTOR_FIELDS = (
-    "entry",  # void entry(void **inputs, void **outputs, void **constants, char *arena)
+    "entry",  # int32 entry(void **inputs, void **outputs, void **constants, char *arena)
     "constants",  # void **
     "arena",  # char *
     "n_inputs",
@@ -54,6 +54,7 @@ DESCRIPTOR_FIELDS = (
     "array_type",  # &PyArray_Type
     "true",  # Py_True
     "not_implemented",  # Py_NotImplemented
+    "fail",  # called with a nonzero status (a failed check): raises the error it describes
 )
 FIELD = {name: k for k, name in enumerate(DESCRIPTOR_FIELDS)}
 INPUT_FIELDS = 3
@@ -82,7 +83,10 @@ def fast_call_module(triple: str) -> ir.Module:
         ("PyList_SetItem", _I32, [_OBJ, _I64, _OBJ]),
         ("PyTuple_New", _OBJ, [_I64]),
         ("PyTuple_SetItem", _I32, [_OBJ, _I64, _OBJ]),
+        ("PyLong_FromLong", _OBJ, [_I64]),
     )}
+    api["PyObject_CallFunctionObjArgs"] = ir.Function(
+        module, ir.FunctionType(_OBJ, [_OBJ], var_arg=True), "PyObject_CallFunctionObjArgs")
     fn = ir.Function(module, ir.FunctionType(_OBJ, [_OBJ, _OBJ.as_pointer(), _I64]),
                      FUNCTION_NAME)
     _FastCall(fn, api).emit()
@@ -186,9 +190,9 @@ class _FastCall:
         self.call("Py_DecRef", taken)
         busy = self.block("busy")
         self.unless(b.icmp_unsigned("==", taken, self.field("true", _OBJ)), busy, "run")
-        entry_type = ir.FunctionType(ir.VoidType(), [_I8P] * 4)
+        entry_type = ir.FunctionType(_I32, [_I8P] * 4)
         state = self.call("PyEval_SaveThread")
-        b.call(self.field("entry", entry_type.as_pointer()), [
+        status = b.call(self.field("entry", entry_type.as_pointer()), [
             b.bitcast(pointers_in, _I8P), b.bitcast(self.pointers_out, _I8P),
             self.field("constants", _I8P), self.field("arena", _I8P)])
         self.call("PyEval_RestoreThread", state)
@@ -197,7 +201,22 @@ class _FastCall:
         self.unless(b.icmp_unsigned("!=", released, ir.Constant(_OBJ, None)),
                     failed_with_outputs, "released")
         self.call("Py_DecRef", released)
+        check_failed = self.block("check_failed")
+        self.unless(b.icmp_signed("==", status, ir.Constant(_I32, 0)), check_failed, "passed")
         self.return_outputs(n_out)
+
+        # A failed check: `fail(status)` raises its error; the outputs are dropped.
+        b.position_at_end(check_failed)
+        code = self.call("PyLong_FromLong", b.sext(status, _I64))
+        self.unless(b.icmp_unsigned("!=", code, ir.Constant(_OBJ, None)),
+                    failed_with_outputs, "code_made")
+        raised = self.call("PyObject_CallFunctionObjArgs", self.field("fail", _OBJ), code,
+                           ir.Constant(_OBJ, None))
+        self.call("Py_DecRef", code)
+        self.unless(b.icmp_unsigned("==", raised, ir.Constant(_OBJ, None)), failed_with_outputs,
+                    "fail.returned")
+        self.call("Py_DecRef", raised)  # (it raises: never here)
+        b.branch(failed_with_outputs)
 
         b.position_at_end(busy)
         self.drop_outputs(n_out)

@@ -71,7 +71,9 @@ class CpuBackend(Backend):
         # after `canonicalize` absorbs pads into convs, packed conv weights once the convs
         # have no padding, and packed matmul weights (dce drops the unpacked ones).
         # Winograd's convs come before the padding: they pad their input themselves.
-        names = ["convs_2d", "group_convs"] + (["winograd_convs"] if config.winograd else []) + \
+        # Indices and integer divisors are checked at run time (the entry returns a status).
+        names = ["check_values", "convs_2d", "group_convs"] + \
+            (["winograd_convs"] if config.winograd else []) + \
             ["pad_convs", "pack_convs", "pack_matmuls"]
         return [self.configure(get_pass(name)) for name in names]
 

@@ -12,12 +12,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from ember.dtypes import DType
-from ember.errors import InterpreterError
+from ember.errors import DataError, InterpreterError
 from ember.graph.ops.elementwise import BINARY_OPS as GRAPH_BINARY
 from ember.graph.ops.elementwise import UNARY_OPS as GRAPH_UNARY
 from ember.graph.ops.elementwise import float_to_int
 from ember.graph.ops.registry import get_opdef
 from ember.loops.ir import (
+    CHECK_FAILURES,
     Binary,
     Bitcast,
     Call,
@@ -87,15 +88,22 @@ class LoopInterpreter:
             memory[buffer.name] = np.array(array, dtype=buffer.dtype.np)
         for buffer in p.of_kind("constant"):
             memory[buffer.name] = np.array(p.constants[buffer.name], dtype=buffer.dtype.np)
-        for buffer in (*p.of_kind("output"), *p.of_kind("temp")):
+        for buffer in (*p.of_kind("output"), *p.of_kind("temp"), *p.of_kind("status")):
             memory[buffer.name] = np.zeros(buffer.shape, buffer.dtype.np)
+        self.statuses = {b.name for b in p.of_kind("status")}
         self.steps(p.steps, memory)
         return [memory[b.name] for b in p.of_kind("output")]
 
     def steps(self, steps, memory) -> None:
         for step in steps:
             if isinstance(step, Call):
-                self.call(self.program.kernel(step.kernel), [memory[a] for a in step.args])
+                kernel = self.program.kernel(step.kernel)
+                self.call(kernel, [memory[a] for a in step.args])
+                failed = next((int(memory[a]) for a in step.args if a in self.statuses
+                               and memory[a]), 0)
+                if failed:  # (as the compiled entry returns after the call)
+                    raise DataError(f"{self.program.name}: {kernel.origin or kernel.name}:"
+                                    f" {CHECK_FAILURES.get(failed, 'a check failed')}")
             elif isinstance(step, ProgramIf):
                 self.steps(step.then if bool(memory[step.cond]) else step.orelse, memory)
             elif isinstance(step, ProgramLoop):

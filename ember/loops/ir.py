@@ -440,7 +440,14 @@ def loads_in(stmts: Sequence[Stmt]) -> Iterator[Load]:
 
 # -- programs: kernels called in order on planned buffers -------------------------------------
 
-BUFFER_KINDS = ("input", "output", "constant", "temp")
+BUFFER_KINDS = ("input", "output", "constant", "temp", "status")
+
+# The status word (a program's `status` buffer, i32[]): 0, or the check that failed, written
+# by a check's kernel. The entry returns after the call that sets it (ember/codegen/llvm.py).
+STATUS_DTYPE = DType.i32
+INDEX_OUT_OF_RANGE, ZERO_DIVISOR = 1, 2
+CHECK_FAILURES = {INDEX_OUT_OF_RANGE: "an index is out of the range of the axis it addresses",
+                  ZERO_DIVISOR: "an integer division by zero"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -507,6 +514,26 @@ class Program:
 
     def of_kind(self, kind: str) -> list[Buffer]:
         return [b.buffer for b in self.buffers if b.kind == kind]
+
+    def status_calls(self) -> list[Call]:
+        """The calls that pass the status buffer, in the order the entry numbers them (the
+        steps depth first: then before else)."""
+        status = {b.name for b in self.of_kind("status")}
+        found: list[Call] = []
+
+        def visit(steps: Sequence[ProgramStep]) -> None:
+            for s in steps:
+                if isinstance(s, Call):
+                    if status.intersection(s.args):
+                        found.append(s)
+                elif isinstance(s, ProgramIf):
+                    visit(s.then)
+                    visit(s.orelse)
+                else:
+                    visit(s.body)
+
+        visit(self.steps)
+        return found
 
     @property
     def sizes(self) -> tuple[str, ...]:

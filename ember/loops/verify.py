@@ -18,6 +18,7 @@ from ember.loops.ir import (
     COMPARISONS,
     CONCURRENT_KINDS,
     INDEX,
+    STATUS_DTYPE,
     UNARY_OPS,
     Binary,
     Bitcast,
@@ -86,6 +87,10 @@ def verify_program(program: Program) -> Program:
     for b in program.buffers:
         if b.kind not in BUFFER_KINDS:
             raise VerificationError(f"buffer %{b.buffer.name} has unknown kind '{b.kind}'")
+        if b.kind == "status" and (b.buffer.shape != () or b.buffer.dtype is not STATUS_DTYPE
+                                   or len(program.of_kind("status")) > 1):
+            raise VerificationError(f"status buffer %{b.buffer.name} must be the program's one"
+                                    f" {STATUS_DTYPE}[] buffer")
         if b.kind == "constant":
             data = program.constants.get(b.buffer.name)
             if data is None or data.shape != b.buffer.shape or data.dtype != b.buffer.dtype.np:

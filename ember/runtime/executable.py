@@ -4,8 +4,9 @@
     y, = exe(x)                 # NumPy arrays or CPU torch tensors in, NumPy arrays out
     exe(x, out=[y])             # or write into the caller's buffers
 
-The entry has the C signature `void entry(void **inputs, void **outputs, void **constants,
-char *arena)`: the pointer arrays follow the order of the program's buffers of each kind.
+The entry has the C signature `int32_t entry(void **inputs, void **outputs, void
+**constants, char *arena)`: the pointer arrays follow the order of the program's buffers of
+each kind; it returns 0, or which check failed (`Interface.failure`: a DataError).
 Inputs are checked (count, dtype, shape) before the call, so a mismatch raises ShapeError
 instead of running native code on the wrong memory. Contiguous inputs pass by pointer,
 without a copy; others are copied first. The executable owns its arena (allocated once,
@@ -30,10 +31,10 @@ from typing import Any
 import numpy as np
 
 from ember.dtypes import DType
-from ember.errors import EmberError, ShapeError
+from ember.errors import DataError, EmberError, ShapeError
 from ember.graph.bind import bind_shapes
 from ember.graph.symbolic import bind, parse_dim
-from ember.loops.ir import Buffer, Program
+from ember.loops.ir import CHECK_FAILURES, Buffer, Program
 from ember.runtime.fastcall import native_call
 from ember.runtime.memory_plan import ALIGNMENT, MemoryPlan, check_fits, plan_memory
 from ember.runtime.pool import OUTPUTS
@@ -43,9 +44,10 @@ from ember.target import Target
 # as most tests do, makes none).
 NATIVE_AFTER_CALLS = 2
 
-# void entry(void **inputs, void **outputs, void **constants, char *arena)
-ENTRY_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                              ctypes.c_void_p)
+# int32_t entry(void **inputs, void **outputs, void **constants, char *arena): the status
+# (`failure`)
+ENTRY_TYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p,
+                              ctypes.c_void_p, ctypes.c_void_p)
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,9 @@ class Interface:
     # (output, input) positions: the output is computed in that input's memory (the
     # graph's `aliases`): a run is given the input's memory as the output's, or a copy.
     aliases: tuple[tuple[int, int], ...] = ()
+    # The origin of each call that checks values (`Program.status_calls`), by the number
+    # the entry's status gives it.
+    checks: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, program: Program, entry: str = "") -> Interface:
@@ -75,8 +80,17 @@ class Interface:
         names = [[b.name for b in kind] for kind in buffers[:2]]
         aliases = tuple(sorted((names[1].index(out), names[0].index(source))
                                for out, source in program.aliases.items()))
+        checks = tuple(program.kernel(c.kernel).origin or c.kernel
+                       for c in program.status_calls())
         return cls(program.name, entry, *buffers, tuple(k.name for k in program.kernels),
-                   program.sizes, tuple(sorted(program.size_bounds.items())), aliases)
+                   program.sizes, tuple(sorted(program.size_bounds.items())), aliases, checks)
+
+    def failure(self, status: int) -> DataError:
+        """The error of a run whose entry returned `status` (nonzero): the check of call
+        number `status >> 8` failed with code `status & 255`."""
+        number, code = status >> 8, status & 0xFF
+        where = self.checks[number] if number < len(self.checks) else f"check {number}"
+        return DataError(f"{self.name}: {where}: {CHECK_FAILURES.get(code, 'a check failed')}")
 
     def to_json(self) -> dict[str, Any]:
         def bufs(bs: tuple[Buffer, ...]) -> list[list[Any]]:
@@ -87,7 +101,7 @@ class Interface:
                 "outputs": bufs(self.outputs), "constants": bufs(self.constants),
                 "temps": bufs(self.temps), "kernels": list(self.kernels),
                 "sizes": list(self.sizes), "bounds": [list(b) for b in self.bounds],
-                "aliases": [list(a) for a in self.aliases]}
+                "aliases": [list(a) for a in self.aliases], "checks": list(self.checks)}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Interface:
@@ -99,7 +113,8 @@ class Interface:
         return cls(d["name"], d["entry"], bufs(d["inputs"]), bufs(d["outputs"]),
                    bufs(d["constants"]), bufs(d["temps"]), tuple(d["kernels"]),
                    tuple(d.get("sizes", ())), tuple((n, int(v)) for n, v in d.get("bounds", ())),
-                   tuple((int(k), int(j)) for k, j in d.get("aliases", ())))
+                   tuple((int(k), int(j)) for k, j in d.get("aliases", ())),
+                   tuple(str(c) for c in d.get("checks", ())))
 
 
 def _in_place(iface: Interface, arrays: list[np.ndarray], outputs: list[np.ndarray],
@@ -329,9 +344,12 @@ class Executable:
                     self._entry_address, self._entry_args[2],
                     self._entry_args[3], self._expected,
                     [OUTPUTS.allocator(shape, dtype) for shape, dtype in self._output_specs],
-                    self._lock, self.target, result, owner=self)
+                    self._lock, self.target, result, owner=self, fail=self._fail)
             self._natives[result] = call
         return self._natives[result]
+
+    def _fail(self, status: int) -> None:
+        raise self.interface.failure(status)
 
     def run_addresses(self, inputs: Sequence[int]) -> list[np.ndarray]:
         """Runs on inputs given by their data addresses, into fresh outputs. The caller has
@@ -352,7 +370,9 @@ class Executable:
         with self._lock:
             self._in_ptrs[:len(inputs)] = inputs
             self._out_ptrs[:len(outputs)] = outputs
-            self._entry(*self._entry_args)
+            status = self._entry(*self._entry_args)
+        if status:
+            raise self.interface.failure(status)
 
     def buffer_addresses(self, inputs: Sequence[np.ndarray],
                          outputs: Sequence[np.ndarray]) -> dict[str, int]:
@@ -392,7 +412,7 @@ class Executable:
 
 # void entry(void **inputs, void **outputs, void **constants, char *arena, int64_t *sizes,
 #            int64_t *offsets)
-SIZED_ENTRY_TYPE = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 6)
+SIZED_ENTRY_TYPE = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * 6)
 
 
 @dataclass(frozen=True)
@@ -501,9 +521,12 @@ class SizedExecutable(Executable):
                 self.arena, self._arena_owner = _aligned_empty(bound.arena_size)
             self._in_ptrs[:len(inputs)] = inputs
             self._out_ptrs[:len(outputs)] = outputs
-            self._entry(ctypes.addressof(self._in_ptrs), ctypes.addressof(self._out_ptrs),
-                        ctypes.addressof(self._constant_ptrs), self.arena.ctypes.data,
-                        ctypes.addressof(bound.sizes), ctypes.addressof(bound.offsets))
+            status = self._entry(
+                ctypes.addressof(self._in_ptrs), ctypes.addressof(self._out_ptrs),
+                ctypes.addressof(self._constant_ptrs), self.arena.ctypes.data,
+                ctypes.addressof(bound.sizes), ctypes.addressof(bound.offsets))
+        if status:
+            raise self.interface.failure(status)
 
     def run_addresses(self, inputs: Sequence[int]) -> list[np.ndarray]:
         raise ShapeError(f"{self.interface.name} is compiled for every size: run it on"

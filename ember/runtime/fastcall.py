@@ -81,17 +81,26 @@ def _method(target: Target) -> tuple[_MethodDef, Any] | None:
     return method, jit
 
 
+def _unknown_failure(status: int) -> None:
+    from ember.errors import DataError
+
+    raise DataError(f"the program failed a check (status {status})")
+
+
 def native_call(entry: int, constants: int, arena: int, inputs: Sequence[tuple[Any, tuple]],
                 outputs: Sequence[tuple[Callable, tuple]], lock: Any, target: Target,
-                result: str = "list", owner: Any = None) -> Callable | None:
+                result: str = "list", owner: Any = None,
+                fail: Callable[[int], Any] | None = None) -> Callable | None:
     """A builtin function running the program whose entry is at `entry` (with its constant
     pointer array and arena at those addresses) on arrays of `inputs`' (dtype, shape),
     into outputs made by `outputs`' (allocate, args) calls, under `lock`, returning them
     as `result` ("list", "tuple", or "single": the one output); None where this process
-    cannot have one. The function keeps `owner` (what owns the code, arena and constants)
+    cannot have one. A run whose entry returns a nonzero status calls `fail(status)`,
+    which raises. The function keeps `owner` (what owns the code, arena and constants)
     alive."""
     if not target.runs_here():
         return None
+    fail = fail or _unknown_failure
     made = _method(target)
     if made is None:
         return None
@@ -112,12 +121,12 @@ def native_call(entry: int, constants: int, arena: int, inputs: Sequence[tuple[A
         "inputs": ctypes.addressof(input_table), "outputs": ctypes.addressof(output_table),
         "acquire": id(acquire), "acquire_args": id(acquire_args),
         "release": id(release), "no_args": id(no_args), "array_type": id(np.ndarray),
-        "true": id(True), "not_implemented": id(NotImplemented)}
+        "true": id(True), "not_implemented": id(NotImplemented), "fail": id(fail)}
     descriptor = (ctypes.c_int64 * len(pycall.DESCRIPTOR_FIELDS))(
         *[fields[name] for name in pycall.DESCRIPTOR_FIELDS])
     # Everything the descriptor points to lives as long as the function (its `self`):
     # the bound methods too, whose ids it holds.
     holder = (ctypes.addressof(descriptor), descriptor, input_table, output_table, dims,
-              dtypes, output_args, acquire, release, acquire_args, no_args, jit,
+              dtypes, output_args, acquire, release, acquire_args, no_args, fail, jit,
               method, owner)
     return _new_function()(ctypes.addressof(method), holder, None)

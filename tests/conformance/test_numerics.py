@@ -18,7 +18,8 @@ Left open on purpose (docs/reliability.md, "Numerics"):
   of a cumulative sum's first element and of sort's ties;
 - the sign of a zero remainder: Python's and NumPy's (the divisor's), where eager gives the
   dividend's.
-Integer division by zero gives 0 (eager raises; NumPy gives 0; ONNX leaves it undefined).
+An integer division by zero fails the run with a DataError, as eager raises
+(tests/runtime/test_checks.py tests the checks).
 """
 
 from __future__ import annotations
@@ -210,17 +211,20 @@ def test_a_negative_integer_exponent_gives_the_integer_part():
     assert got.tolist() == [1, -1, 1, 0, 0, 0, 0, 3 ** 39]  # 3 ** 39 > 2 ** 53: exact
 
 
-def test_integer_division_by_zero_gives_zero():
+def test_integer_division_by_zero_raises_as_eager():
     x = torch.tensor([7, -7, -(2 ** 31), 5], dtype=torch.int32)
-    y = torch.tensor([0, 0, -1, 0], dtype=torch.int32)
     module = Fn(lambda x, y: (x // y, x % y, torch.div(x, y, rounding_mode="trunc"),
                               torch.fmod(x, y)))
+    y = torch.tensor([2, 3, -1, -2], dtype=torch.int32)
+    run = ember.compile(module, (x, y), config=CPU)
+    # INT_MIN / -1 wraps (eager's kernel traps there: SIGFPE takes the process down)
+    assert [g.tolist() for g in run(x, y)] == [[3, -3, -(2 ** 31), -3], [1, 2, 0, -1],
+                                               [3, -2, -(2 ** 31), -2], [1, -1, 0, 1]]
+    zero = torch.tensor([2, 0, 1, 1], dtype=torch.int32)
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
-        module(x, y)
-    got = ember.compile(module, (x, y), config=CPU)(x, y)
-    # (INT_MIN / -1 wraps, as in eager: no SIGFPE)
-    assert [g.tolist() for g in got] == [[0, 0, -(2 ** 31), 0], [0] * 4,
-                                         [0, 0, -(2 ** 31), 0], [0] * 4]
+        module(x, zero)
+    with pytest.raises(ember.DataError, match="an integer division by zero"):
+        run(x, zero)
 
 
 # Float -> integer as eager, NumPy and ONNX Runtime give it on x86-64 (C leaves it undefined):

@@ -35,7 +35,7 @@ program @handmade {{
 def ir_text(plan: MemoryPlan, n: int = N) -> str:
     t = plan.offsets["t"]
     return f"""
-define void @{ENTRY}(ptr %inputs, ptr %outputs, ptr %constants, ptr %arena) {{
+define i32 @{ENTRY}(ptr %inputs, ptr %outputs, ptr %constants, ptr %arena) {{
 entry:
   %x = load ptr, ptr %inputs
   %y = load ptr, ptr %outputs
@@ -68,7 +68,7 @@ loop:
   %done = icmp eq i64 %next, {n}
   br i1 %done, label %exit, label %loop
 exit:
-  ret void
+  ret i32 0
 }}
 """
 

@@ -1,6 +1,7 @@
 """Op definitions, one module per family. Importing this package registers them all."""
 
 from ember.graph.ops import (  # noqa: F401  (registration)
+    checks,
     composite,
     control,
     elementwise,

@@ -56,6 +56,7 @@ def _load() -> None:
     from ember.graph.passes import (  # noqa: F401  (registration)
         attention,
         canonicalize,
+        checks,
         convs_2d,
         cse,
         dce,

@@ -16,10 +16,12 @@ from ember.dtypes import DType
 from ember.errors import UnsupportedOpError
 from ember.graph.ir import Op
 from ember.loops.ir import (
+    STATUS_DTYPE,
     Buffer,
     Const,
     Expr,
     For,
+    If,
     Load,
     Stmt,
     Store,
@@ -73,6 +75,7 @@ class LowerContext:
         # The op's result is given its first operand's memory (a scatter into a graph
         # input that the graph computes in place): that result holds the operand already.
         self.in_place = False
+        self.status: Buffer | None = None  # the program's status word, once a check writes it
 
     def unsupported(self, why: str) -> UnsupportedOpError:
         return UnsupportedOpError(f"{self.op.where()}: cannot lower: {why}")
@@ -104,6 +107,19 @@ class LowerContext:
         return const(value, dtype)
 
     # -- statements ----------------------------------------------------------------------------
+    def fail_if(self, cond: Expr, failure: int) -> If:
+        """A statement writing `failure` (ember.loops.ir.CHECK_FAILURES) to the program's
+        status word where `cond` holds: the kernel takes the word as its last parameter."""
+        if self.status is None:
+            self.status = Buffer("status", STATUS_DTYPE, ())
+        return If(cond, [Store(self.status.name, (), Const(failure, STATUS_DTYPE))])
+
+    @property
+    def params(self) -> list[Buffer]:
+        """The kernel's parameters: the operands, the results, then the status word if a
+        check writes it."""
+        return [*self.inputs, *self.outputs, *([self.status] if self.status else [])]
+
     def nest(self, shape: Sequence[int], body: Callable[[list[Var]], list[Stmt]],
              kinds: Sequence[str] | None = None) -> list[Stmt]:
         """Loops over `shape` (outermost first) around body(index variables)."""

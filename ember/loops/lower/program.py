@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from ember.dtypes import DType
 from ember.errors import UnsupportedOpError
-from ember.graph.ir import Graph, Op, Region, Value, sanitize_name
+from ember.graph.ir import Graph, Op, Region, TensorType, Value, sanitize_name
 from ember.loops.ir import (
+    STATUS_DTYPE,
     Buffer,
     Call,
     Const,
@@ -52,6 +53,7 @@ class _Lowerer:
         self.constants = {}
         self.in_place: dict[Op, Value] = {}  # scatters computed in their data's memory
         self.given: dict[Value, str] = {}  # results computed in a buffer given beforehand
+        self.status_name: str | None = None
 
     # -- buffers -------------------------------------------------------------------------------
     def new_buffer(self, hint: str | None, value_type, kind: str) -> str:
@@ -87,7 +89,7 @@ class _Lowerer:
                 steps.append(self.copy(name, out))
                 name = out
             final.append(name)
-        order = {"input": 0, "output": 1, "constant": 2, "temp": 3}
+        order = {"input": 0, "output": 1, "constant": 2, "temp": 3, "status": 4}
         self.buffers.sort(key=lambda b: (order[b.kind], final.index(b.buffer.name)
                                          if b.kind == "output" else 0))
         aliases = {final[k]: self.env[g.inputs[j]] for k, j in g.aliases.items()}
@@ -125,6 +127,7 @@ class _Lowerer:
             body, inputs, results, locals_ = lower_fused(op, self.graph, ctx)
             lowered = serial_unless_vectorizable(Kernel("k", [*inputs, *results], body,
                                                         locals_))
+            checks = False
         else:
             fn = find_lowering(op.name)
             if fn is None:
@@ -135,8 +138,8 @@ class _Lowerer:
             ctx = LowerContext(op, self.target)
             ctx.in_place = op in self.in_place
             body = fn(ctx)
-            lowered = serial_unless_vectorizable(Kernel("k", [*ctx.inputs, *ctx.outputs],
-                                                        body, ctx.locals))
+            lowered = serial_unless_vectorizable(Kernel("k", ctx.params, body, ctx.locals))
+            checks = ctx.status is not None
         kernel = Kernel(f"k{len(self.kernels)}_{name}", lowered.params, lowered.body,
                         lowered.locals, origin)
         self.kernels.append(kernel)
@@ -146,7 +149,14 @@ class _Lowerer:
             hint = value.name or ("out" if kind == "output" else "t")
             self.env[value] = self.given.get(value) or self.new_buffer(hint, value.type, kind)
             results.append(self.env[value])
-        return Call(kernel.name, [self.env[v] for v in op.operands] + results)
+        status = [self.status()] if checks else []
+        return Call(kernel.name, [self.env[v] for v in op.operands] + results + status)
+
+    def status(self) -> str:
+        """The program's status word (made at its first use)."""
+        if self.status_name is None:
+            self.status_name = self.new_buffer("status", TensorType(STATUS_DTYPE, ()), "status")
+        return self.status_name
 
     def scatter_in_place(self, body: Region, carried: list[str], nexts: list[Value]) -> None:
         """Scatters in a loop body that turn a carried array into the next one write their

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ember.dtypes import DType
 from ember.graph.ops.elementwise import BINARY_OPS, UNARY_OPS
-from ember.loops.ir import Binary, Bitcast, Cast, Select, Unary
+from ember.loops.ir import ZERO_DIVISOR, Binary, Bitcast, Cast, Select, Store, Unary
 from ember.loops.lower.core import LowerContext, lowering
 
 # Graph unary ops the loop IR has under the same name; the rest are spelled out below.
@@ -63,3 +63,16 @@ def cast(ctx: LowerContext):
 @lowering("bitcast")
 def bitcast(ctx: LowerContext):
     return ctx.store_each(lambda i: Bitcast(ctx.attrs["to"], ctx.load(0, i)))
+
+
+@lowering("check_nonzero")
+def check_nonzero(ctx: LowerContext):
+    """y = x; the status word says ZERO_DIVISOR where an element is 0."""
+    zero = ctx.const(0, ctx.inputs[0].dtype)
+    y = ctx.outputs[0]
+
+    def body(i):
+        x = ctx.load(0, i)
+        return [ctx.fail_if(Binary("eq", x, zero), ZERO_DIVISOR), Store(y.name, tuple(i), x)]
+
+    return ctx.nest(y.shape, body)

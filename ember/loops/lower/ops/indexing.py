@@ -15,7 +15,22 @@ from collections.abc import Sequence
 import numpy as np
 
 from ember.dtypes import DType
-from ember.loops.ir import INDEX, Binary, Cast, Const, Expr, For, If, Select, as_expr, binary, const
+from ember.loops.ir import (
+    INDEX,
+    INDEX_OUT_OF_RANGE,
+    Binary,
+    Cast,
+    Const,
+    Expr,
+    For,
+    If,
+    Select,
+    Stmt,
+    Store,
+    as_expr,
+    binary,
+    const,
+)
 from ember.loops.lower.core import LowerContext, lowering
 from ember.loops.lower.ops.reduce import assign, logical, narrow, read, widen
 
@@ -120,6 +135,30 @@ def _constant_pad_rows(ctx: LowerContext, begins, ends) -> list:
         return [If(logical("and", *inside), copy, span(0, lo + width + hi, lambda j: fill))]
 
     return ctx.nest(out.shape[:-1], row)
+
+
+# -- checks ------------------------------------------------------------------------------------
+
+
+@lowering("check_index")
+def check_index(ctx: LowerContext):
+    """y = indices; the status word says INDEX_OUT_OF_RANGE where one is outside [-dim, dim)
+    of the axis it addresses (ember/graph/ops/checks.py)."""
+    indices = ctx.inputs[0]
+    dims, nd = ctx.attrs["dims"], ctx.attrs["nd"]
+    y = ctx.outputs[0].name
+
+    def checked(index: list[Expr], dim) -> list[Stmt]:
+        raw = ctx.load(0, index)
+        wide = Cast(INDEX, raw) if raw.dtype is not INDEX else raw
+        outside = logical("or", Binary("lt", wide, binary("sub", Const(0), as_expr(dim))),
+                          Binary("ge", wide, as_expr(dim)))
+        return [ctx.fail_if(outside, INDEX_OUT_OF_RANGE), Store(y, tuple(index), raw)]
+
+    if not nd:
+        return ctx.nest(indices.shape, lambda i: checked(i, dims[0]))
+    return ctx.nest(indices.shape[:-1], lambda i: [
+        s for j, dim in enumerate(dims) for s in checked([*i, Const(j)], dim)])
 
 
 # -- gather, gather_elements, gather_nd -------------------------------------------------------
