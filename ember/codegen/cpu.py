@@ -29,7 +29,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 from llvmlite.binding import ffi
 
-from ember.codegen import CodegenError, vmath
+from ember.codegen import CodegenError, helpers, vmath
 from ember.codegen.llvm import entry_name
 from ember.codegen.parallel import OPENMP_SYMBOLS, num_threads_symbol
 from ember.target import Target, usable_cores
@@ -359,12 +359,19 @@ def compile_objects(modules: Iterable[ir.Module | str], target: Target, opt: int
     objects call a function that none defines and the process lacks; other code is
     position independent, for shared libraries."""
 
-    def machine() -> llvm.TargetMachine:
-        return new_target_machine(target, opt, jit)
+    def compile_one(text: str) -> tuple[bytes, set[str], set[str]]:
+        # (A long-running process goes on in helper processes: ember/codegen/helpers.py;
+        # where none can start, here.)
+        if not helpers.POOL.in_process():
+            try:
+                return helpers.POOL.compile(text, opt, target, jit)
+            except OSError:
+                pass
+        return _compile_alone(text, opt, lambda: new_target_machine(target, opt, jit))
 
     with ThreadPoolExecutor(max_workers=usable_cores()) as pool, \
             vmath.scaling_by_ldexp(target.vector_ldexp):
-        jobs = [pool.submit(_compile_alone, str(module), opt, machine) for module in modules]
+        jobs = [pool.submit(compile_one, str(module)) for module in modules]
         results = [job.result() for job in jobs]
     if jit:
         defined = set().union(*(r[1] for r in results))

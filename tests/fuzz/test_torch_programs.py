@@ -207,7 +207,9 @@ def check_program(module, inputs) -> None:
         before = dict(ember.torch.counters)
         got = torch.compile(module, backend="ember")(*inputs)
     graphs = ember.torch.counters["graphs"] - before.get("graphs", 0)
-    assert graphs >= 1, "the program never reached Ember"
+    # (A program that returns only its inputs computes nothing: Dynamo calls no backend.)
+    computes = any(i >= len(inputs) for i in module.outputs)
+    assert graphs >= 1 or not computes, "the program never reached Ember"
     assert len(got) == len(want)
     for i, (g, w) in enumerate(zip(got, want)):
         assert g.shape == w.shape, f"output {i}"

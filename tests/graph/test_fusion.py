@@ -316,3 +316,26 @@ def test_zero_pad_absorbed_into_conv_keeps_values() -> None:
     b.output(b.relu(b.conv(padded, w, pads=(1, 1, 0, 0))))
     fused = check_values(b.build(), [rand(1, 3, 6, 7)], rtol=1e-4, atol=1e-5)
     assert not [op for op in fused.walk() if op.name == "pad"]
+
+
+def test_ordering_a_region_reads_each_ops_producers_once(monkeypatch) -> None:
+    """Found by the property tests (a random graph took 11 GB and never finished): putting a
+    region back in order after outlining expanded an op again for every op that read it
+    before it was placed, exponential in a chain of diamonds. Each op is expanded once."""
+    from ember.graph.fusion import outline
+
+    b = Builder("diamonds")
+    x = b.input("x", ember.DType.f32, (4,))
+    for _ in range(12):  # x -> (exp, neg) -> add: 2**12 expansions before, one each now
+        x = b.add(b.exp(x), b.neg(x))
+    b.output(x)
+    ops = b.build().body.ops
+    calls = []
+    producers = outline._producers
+    monkeypatch.setattr(outline, "_producers", lambda op, made: calls.append(op) or
+                        producers(op, made))
+    order = outline._topological(list(reversed(ops)))
+    assert len(calls) == len(ops) and len(order) == len(ops)
+    position = {op: k for k, op in enumerate(order)}
+    assert all(position[v.producer] < position[op] for op in order for v in op.operands
+               if v.producer in position)
