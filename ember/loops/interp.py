@@ -18,7 +18,6 @@ from ember.graph.ops.elementwise import UNARY_OPS as GRAPH_UNARY
 from ember.graph.ops.elementwise import float_to_int
 from ember.graph.ops.registry import get_opdef
 from ember.loops.ir import (
-    CHECK_FAILURES,
     Binary,
     Bitcast,
     Call,
@@ -38,6 +37,7 @@ from ember.loops.ir import (
     Store,
     Unary,
     Var,
+    failure_message,
 )
 
 _HALF = (DType.f16, DType.bf16)
@@ -102,8 +102,8 @@ class LoopInterpreter:
                 failed = next((int(memory[a]) for a in step.args if a in self.statuses
                                and memory[a]), 0)
                 if failed:  # (as the compiled entry returns after the call)
-                    raise DataError(f"{self.program.name}: {kernel.origin or kernel.name}:"
-                                    f" {CHECK_FAILURES.get(failed, 'a check failed')}")
+                    raise DataError(failure_message(
+                        self.program.name, [kernel.origin or kernel.name], failed))
             elif isinstance(step, ProgramIf):
                 self.steps(step.then if bool(memory[step.cond]) else step.orelse, memory)
             elif isinstance(step, ProgramLoop):

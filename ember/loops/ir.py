@@ -450,6 +450,14 @@ CHECK_FAILURES = {INDEX_OUT_OF_RANGE: "an index is out of the range of the axis 
                   ZERO_DIVISOR: "an integer division by zero"}
 
 
+def failure_message(program: str, checks: Sequence[str], status: int) -> str:
+    """What a nonzero status says: the check of call number `status >> 8` (its origin in
+    `checks`) failed with code `status & 255`."""
+    number, code = status >> 8, status & 0xFF
+    where = checks[number] if number < len(checks) else f"check {number}"
+    return f"{program}: {where}: {CHECK_FAILURES.get(code, 'a check failed')}"
+
+
 @dataclass(frozen=True, slots=True)
 class ProgramBuffer:
     buffer: Buffer

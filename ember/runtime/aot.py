@@ -50,7 +50,7 @@ from ember.dtypes import DType
 from ember.errors import DataError, EmberError, ShapeError
 from ember.graph.bind import bind_shapes
 from ember.graph.symbolic import Dim, evaluate, parse_dim
-from ember.loops.ir import CHECK_FAILURES, INDEX_OUT_OF_RANGE, ZERO_DIVISOR, Buffer, Program
+from ember.loops.ir import INDEX_OUT_OF_RANGE, ZERO_DIVISOR, Buffer, Program, failure_message
 from ember.runtime.memory_plan import ALIGNMENT, MemoryPlan
 from ember.target import Target
 
@@ -514,11 +514,8 @@ class Library:
         else:
             status = self._run(self.model, in_ptrs, out_ptrs)
         if status:
-            checks = self.meta.get("checks", [])
-            number, code = status >> 8, status & 0xFF
-            where = checks[number] if 0 <= number < len(checks) else f"check {number}"
-            raise DataError(f"{self.meta['name']}: {where}:"
-                            f" {CHECK_FAILURES.get(code, 'a check failed')}")
+            raise DataError(failure_message(self.meta["name"], self.meta.get("checks", []),
+                                            status))
         return outs
 
     def __del__(self) -> None:

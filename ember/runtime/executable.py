@@ -34,7 +34,7 @@ from ember.dtypes import DType
 from ember.errors import DataError, EmberError, ShapeError
 from ember.graph.bind import bind_shapes
 from ember.graph.symbolic import bind, parse_dim
-from ember.loops.ir import CHECK_FAILURES, Buffer, Program
+from ember.loops.ir import Buffer, Program, failure_message
 from ember.runtime.fastcall import native_call
 from ember.runtime.memory_plan import ALIGNMENT, MemoryPlan, check_fits, plan_memory
 from ember.runtime.pool import OUTPUTS
@@ -88,9 +88,7 @@ class Interface:
     def failure(self, status: int) -> DataError:
         """The error of a run whose entry returned `status` (nonzero): the check of call
         number `status >> 8` failed with code `status & 255`."""
-        number, code = status >> 8, status & 0xFF
-        where = self.checks[number] if number < len(self.checks) else f"check {number}"
-        return DataError(f"{self.name}: {where}: {CHECK_FAILURES.get(code, 'a check failed')}")
+        return DataError(failure_message(self.name, self.checks, status))
 
     def to_json(self) -> dict[str, Any]:
         def bufs(bs: tuple[Buffer, ...]) -> list[list[Any]]:
