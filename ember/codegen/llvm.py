@@ -3,7 +3,8 @@
 A `Kernel` becomes `void @<name>(ptr %<param>, ..., i64 %<size>, ...)`: one pointer per
 parameter, each to a row-major buffer whose element strides are `Buffer.strides` (computed
 from the size arguments where its dims are sizes known at call time). Locals are allocas
-in the entry block (LLVM promotes them), loop counters too. Scalar code comes from the op tables in
+in the entry block (LLVM promotes them), loop counters too; scoped alias metadata tells
+LLVM that no parameter points into a local (`mark_local_accesses`). Scalar code comes from the op tables in
 `ember.codegen.scalar`; this module emits the structure around it: loops, ifs, loads, stores.
 Parallel loops run on a thread team through libgomp (`ember.codegen.parallel`); unrolled
 loops become copies of their body and vectorized loops LLVM vectors (`ember.codegen.vector`),
@@ -104,6 +105,59 @@ SIZED_ENTRY_ARGS = ("sizes", "offsets")
 LOCAL_ALIGN = 64
 
 
+def mark_local_accesses(fn: ir.Function, local_slots: Sequence[ir.AllocaInstr]) -> None:
+    """Tell LLVM that `fn`'s accesses to its local buffers (`local_slots`) and those
+    through pointers it was given never overlap, with scoped alias metadata (LLVM's
+    `!alias.scope` and `!noalias`). LLVM proves it alone only while it can follow every use
+    of the alloca: past 100 uses (its capture-tracking limit) a large kernel's local looks
+    escaped, so its register tile is stored at every step and the operands reloaded (an
+    attention kernel at 200 keys ran at 0.7x the speed it had at 192)."""
+    if not local_slots:
+        return
+    module = fn.module
+    domain = module.add_metadata(["ember.locals"])
+    scopes = module.add_metadata([module.add_metadata(["ember.local buffers", domain])])
+    slots = {id(slot) for slot in local_slots}
+    for block in fn.blocks:
+        for instr in block.instructions:
+            pointer = _accessed_pointer(instr)
+            if pointer is None:
+                continue
+            root = _underlying_object(pointer)
+            if id(root) in slots:
+                instr.set_metadata("alias.scope", scopes)
+            elif isinstance(root, (ir.Argument, ir.LoadInstr, ir.GlobalValue)):
+                # A buffer the kernel was given (an argument, or loaded from the tables or
+                # the parallel body's data struct): no pointer to a local is ever stored.
+                instr.set_metadata("noalias", scopes)
+
+
+# The pointer (or vector of pointers) operand of LLVM's masked memory intrinsics.
+_MASKED_POINTER = {"llvm.masked.load": 0, "llvm.masked.store": 1, "llvm.masked.gather": 0,
+                   "llvm.masked.scatter": 1}
+
+
+def _accessed_pointer(instr: ir.Instruction) -> ir.Value | None:
+    """The pointer that `instr` loads or stores through, if it accesses memory."""
+    if isinstance(instr, ir.LoadInstr):
+        return instr.operands[0]
+    if isinstance(instr, ir.StoreInstr):
+        return instr.operands[1]
+    if isinstance(instr, ir.CallInstr) and isinstance(instr.callee, ir.Function):
+        family = ".".join(instr.callee.name.split(".")[:3])
+        if family in _MASKED_POINTER:
+            return instr.args[_MASKED_POINTER[family]]
+    return None
+
+
+def _underlying_object(pointer: ir.Value) -> ir.Value:
+    """The value `pointer` is computed from by offsets and casts (an alloca, an argument,
+    a loaded pointer)."""
+    while isinstance(pointer, (ir.GEPInstr, ir.CastInstr)):
+        pointer = pointer.operands[0]
+    return pointer
+
+
 def entry_name(program_name: str) -> str:
     """The symbol of a program's entry function."""
     return f"{program_name}_entry"
@@ -139,11 +193,13 @@ class KernelEmitter:
                 slot = self.allocas.alloca(I64, name=size)
                 self.allocas.store(arg, slot)
                 self.vars[size_var(size).name] = slot
+        self.local_slots: list[ir.AllocaInstr] = []
         for local in kernel.locals if locals_ is None else locals_:
             slot = self.allocas.alloca(ir.ArrayType(storage_type(local.dtype), local.numel),
                                        name=local.name)
             slot.align = LOCAL_ALIGN
             self.buffers[local.name] = (slot, local)
+            self.local_slots.append(slot)
         self.local_names = {local.name for local in kernel.locals}
         self.shapes = {b.name: b.shape for b in (*kernel.params, *kernel.locals)}
         self.ranges: dict[str, tuple[int, int]] = {}  # loop variable -> its values, if known
@@ -176,6 +232,7 @@ class KernelEmitter:
     def finish(self) -> None:
         self.b.ret_void()
         self.allocas.branch(self.start)
+        mark_local_accesses(self.b.function, self.local_slots)
 
     # -- statements
     def stmts(self, stmts: Sequence[Stmt]) -> None:

@@ -247,9 +247,11 @@ def independent(loop: For, kernel: Kernel) -> str | None:
     """None when `loop` (a loop of `kernel`) has independent iterations; else why not.
 
     Conservative: every store to a parameter has the loop's variable alone as one index
-    component (or as the flat position of merged dimensions, `flatten_index`), and a
-    parameter both stored and read is accessed everywhere with the variable alone on one
-    same axis. Locals are private per thread: the verifier checks they are written first."""
+    component (or as the flat position of merged dimensions, `flatten_index`), or every
+    store to it has on one axis a block of the variable's own (`_blocked_axis`: a group of
+    rows at once), and a parameter both stored and read is accessed everywhere with the
+    variable alone on one same axis. Locals are private per thread: the verifier checks
+    they are written first."""
     locals_ = {b.name for b in kernel.locals}
     shapes = {b.name: b.shape for b in kernel.params}
     own = Var(loop.var.name)
@@ -258,7 +260,8 @@ def independent(loop: For, kernel: Kernel) -> str | None:
     stored, loaded = set(), set()
     for s in stores:
         stored.add(s.buffer)
-        if own in s.index:
+        if own in s.index or _blocked_axis(loop, [t.index for t in stores
+                                                  if t.buffer == s.buffer]):
             continue
         # A task loop over fused (n, c) writes out[n // C, n % C, ...]: the flat position
         # n * C + c is the loop variable. Every store to the buffer needs it on that axis.
@@ -281,6 +284,35 @@ def independent(loop: For, kernel: Kernel) -> str | None:
                    for axis in range(len(accesses[0]))):
             return f"%{name} is both read and written in the loop"
     return None
+
+
+def _blocked_axis(loop: For, indices: list[tuple[Expr, ...]]) -> bool:
+    """Whether one axis of every index in `indices` (the stores to one buffer in `loop`)
+    is c * v + r, v the loop's variable: the same c and the same terms free of the body's
+    loops in each, and the terms of those loops spanning fewer than |c| values (rows
+    6 * i + j, j < 6, for a group of six at once). Each iteration then writes a block of
+    its own."""
+    from ember.loops.verify import interval
+
+    ranges = {s.var.name: (s.start.value, s.stop.value - 1) for s in walk_stmts(loop.body)
+              if isinstance(s, For) and s.step == 1 and isinstance(s.start, Const)
+              and isinstance(s.stop, Const)}
+    inner = {s.var.name for s in walk_stmts(loop.body) if isinstance(s, For)}
+    for axis in range(min(len(i) for i in indices)):
+        forms = [affine_form(i[axis], {loop.var.name}) for i in indices]
+        if any(f is None or not f.coefficients for f in forms):
+            continue
+        step = forms[0].coefficients[loop.var.name]
+        outside = {tuple((c, t) for c, t in affine_terms(f.rest) if not _mentions(t, inner))
+                   for f in forms}
+        if {f.coefficients[loop.var.name] for f in forms} != {step} or len(outside) != 1:
+            continue
+        spans = [interval(affine_sum([(f.constant, Const(1))] + [
+            (c, t) for c, t in affine_terms(f.rest) if _mentions(t, inner)]), ranges)
+            for f in forms]
+        if all(spans) and max(hi for _, hi in spans) - min(lo for lo, _ in spans) < abs(step):
+            return True
+    return False
 
 
 def interchange_conflict(a: For, b: For, locals_: set[str]) -> str | None:

@@ -561,8 +561,8 @@ PRIMITIVES: dict[str, tuple[Callable[..., Kernel], tuple[str, ...]]] = {
     # ember/loops/schedules/depthwise.py).
     "depthwise_conv": (depthwise_conv, ("loop", "int", "int")),
     # A plain attention nest as an online softmax over blocks of keys for groups of rows
-    # (key_block row_group tile; ember/loops/schedules/attention.py).
-    "attention": (attention, ("loop", "int", "int", "int")),
+    # (key_block row_group tile lanes; ember/loops/schedules/attention.py).
+    "attention": (attention, ("loop", "int", "int", "int", "int")),
 }
 _NAME = re.compile(r"[A-Za-z0-9_.$]+")  # a %name of the loop-IR text, without the %
 

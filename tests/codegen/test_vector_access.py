@@ -9,7 +9,9 @@ become functions (ember/codegen/llvm.py):
 - streaming stores: a large elementwise loop peels to a cache line, stores aligned
   non-temporal vectors, and finishes serially, for any alignment of the output;
 - identical kernels are emitted once, the copies calling the first;
-- reductions: a local accumulated in a vectorized loop is combined across the lanes.
+- reductions: a local accumulated in a vectorized loop is combined across the lanes;
+- a split's vectorized loop stores its whole vectors without a mask, the last one with;
+- locals and the buffers a kernel is given are told apart by scoped alias metadata.
 """
 
 from __future__ import annotations
@@ -500,3 +502,50 @@ def test_vector_casts_between_bools_ints_and_floats(src, dst) -> None:
     with np.errstate(invalid="ignore"):
         want = (x != 0) if dst == "bool" else x.astype(NUMPY[dst])
     np.testing.assert_array_equal(y, want)
+
+
+# -- whole vectors and alias scopes ---------------------------------------------------------
+
+def test_a_splits_whole_vectors_store_without_a_mask() -> None:
+    """`min(8, 49 - 8 * o)` lanes: the blocks that have all 8 store plain vectors (a masked
+    store is microcode on AMD's cores), the last block its one lane under a mask."""
+    text = """kernel @k(%x: f32[49], %y: f32[49]) {
+  for %o = 0 to 7 {
+    for %j = 0 to min(8, sub(49, mul(%o, 8))) vectorized {
+      %y[add(mul(%o, 8), %j)] = mul(%x[add(mul(%o, 8), %j)], 2.0:f32)
+    }
+  }
+}"""
+    ir_text = cpu.llvm_ir_text(kernel_module([verify_kernel(parse_kernel(text))]),
+                               optimized=False, target=HOST)
+    assert "masked.store" in ir_text and "store <8 x float>" in ir_text
+    x, y = RNG.standard_normal(49).astype(np.float32), np.zeros(49, np.float32)
+    run(text, x, y)
+    np.testing.assert_array_equal(y, x * 2)
+
+
+def test_locals_are_scoped_apart_from_the_buffers_given() -> None:
+    """Every access to a local carries the locals' scope and every access through a
+    parameter says it is not in it: LLVM then keeps a local register tile in registers
+    however many uses its alloca has (past 100 it stopped following them, and stored the
+    tile at every step)."""
+    text = """kernel @k(%x: f32[4,8], %y: f32[8]) {
+  local %acc: f32[8]
+  for %j = 0 to 8 { %acc[%j] = 0.0:f32 }
+  for %d = 0 to 4 {
+    for %j = 0 to 8 vectorized { %acc[%j] = add(%acc[%j], %x[%d, %j]) }
+  }
+  for %j = 0 to 8 { %y[%j] = %acc[%j] }
+}"""
+    ir_text = cpu.llvm_ir_text(kernel_module([verify_kernel(parse_kernel(text))]),
+                               optimized=False, target=HOST)
+    accesses = [line for line in ir_text.splitlines()
+                if " load " in line or line.lstrip().startswith("store ")]
+    floats = [line for line in accesses if "float" in line]
+    # acc: its zeroing, the load and store of each step, the final read; x and y once each.
+    assert sum("!alias.scope" in line for line in floats) == 4
+    assert sum("!noalias" in line for line in floats) == 2
+    assert not [line for line in accesses if "i64" in line and "!" in line]  # counters
+    x, y = RNG.standard_normal((4, 8)).astype(np.float32), np.zeros(8, np.float32)
+    run(text, x, y)
+    np.testing.assert_allclose(y, x.sum(0), rtol=1e-6)

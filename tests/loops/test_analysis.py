@@ -47,3 +47,27 @@ def test_independent_names_the_dependence() -> None:
   }
 }""")
     assert independent(scan.body[0], scan) == "%y is both read and written in the loop"
+
+
+def _rows_kernel(group: int, rows: int, offsets: tuple[int, ...] = (0,)) -> str:
+    stores = "\n".join(f"      %y[add(add(mul(%i, 6), %j), {o})] = %x[%j]" for o in offsets)
+    return f"""kernel @k(%x: f32[8], %y: f32[64]) {{
+  for %i = 0 to {rows} {{
+    for %j = 0 to {group} unrolled {{
+{stores}
+    }}
+  }}
+}}"""
+
+
+def test_a_loop_writing_a_block_of_rows_each_is_independent() -> None:
+    """An attention kernel's group of six query rows a step stores rows 6 * i + j, j < 6:
+    each iteration writes a block of its own (SegFormer's one head of 3136 rows has no
+    other loop to share among threads)."""
+    ok = parse_kernel(_rows_kernel(6, 9))
+    assert independent(ok.body[0], ok) is None
+    for overlapping in (_rows_kernel(7, 8), _rows_kernel(3, 9, offsets=(0, 4))):
+        kernel = parse_kernel(overlapping)
+        assert independent(kernel.body[0], kernel) == "a store to %y does not index by %i"
+    apart = parse_kernel(_rows_kernel(3, 9, offsets=(0, 3)))
+    assert independent(apart.body[0], apart) is None

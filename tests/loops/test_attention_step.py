@@ -91,20 +91,24 @@ def test_a_nest_that_differs_anywhere_is_not_attention() -> None:
     assert att.nests(dataclasses.replace(kernel, body=[outer])) == []
 
 
-@pytest.mark.parametrize("key_block, row_group, tile", [
-    (256, 4, 64), (8, 2, 16), (37, 3, 8), (5, 1, 4), (64, 8, 32)])
+@pytest.mark.parametrize("key_block, row_group, tile, lanes", [
+    (256, 4, 64, 16), (8, 2, 16, 8), (37, 3, 8, 8), (5, 1, 4, 4), (64, 8, 32, 8),
+    (64, 6, 16, 1)])
 @pytest.mark.parametrize("mask", [False, True])
-def test_the_step_computes_the_plain_nests_values(key_block, row_group, tile, mask) -> None:
-    """Blocks that divide the keys or not, groups past the rows, tiles past the width."""
+def test_the_step_computes_the_plain_nests_values(key_block, row_group, tile, lanes,
+                                                  mask) -> None:
+    """Blocks that divide the keys or not, groups past the rows, tiles past the width; a
+    block that is not a whole number of vectors is scored in whole ones."""
     graph = attention_graph(mask=mask, scale=0.7)
     kernel = plain_kernel(graph)
     loop = kernel.body[0].var.name
     step, _ = PRIMITIVES["attention"]
-    scheduled = step(kernel, loop, key_block, row_group, tile)
+    scheduled = step(kernel, loop, key_block, row_group, tile, lanes)
     assert any(isinstance(s, For) and s.kind == "vectorized" for s in walk_stmts(scheduled.body))
     group = min(row_group, 5)
     shapes = {b.shape for b in scheduled.locals}
-    assert (group, min(key_block, 37)) in shapes and (group, 6) in shapes
+    scored = -(-min(key_block, 37) // lanes) * lanes
+    assert (group, scored) in shapes and (group, 6) in shapes
     arrays = inputs(graph)
     np.testing.assert_allclose(run(scheduled, arrays), run(kernel, arrays), rtol=1e-5,
                                atol=1e-6)
@@ -114,9 +118,11 @@ def test_the_step_refuses_what_it_cannot_schedule() -> None:
     kernel = plain_kernel(attention_graph())
     step, _ = PRIMITIVES["attention"]
     with pytest.raises(ScheduleError, match="not the outermost loop of a plain attention"):
-        step(kernel, kernel.body[0].body[0].var.name, 64, 4, 16)  # an inner loop
+        step(kernel, kernel.body[0].body[0].var.name, 64, 4, 16, 8)  # an inner loop
     with pytest.raises(ScheduleError, match="row_group must be positive"):
-        step(kernel, kernel.body[0].var.name, 64, 0, 16)
+        step(kernel, kernel.body[0].var.name, 64, 0, 16, 8)
+    with pytest.raises(ScheduleError, match="not a whole number of vectors of 8"):
+        step(kernel, kernel.body[0].var.name, 64, 4, 12, 8)
 
 
 def test_the_compiled_kernel_has_the_default_schedule_and_its_values() -> None:
@@ -134,7 +140,7 @@ def test_the_compiled_kernel_has_the_default_schedule_and_its_values() -> None:
     assert att.default_parameters(nest, HOST) == {
         "key_block": 256, "row_group": min(rows, 8), "tile_vectors": lanes // HOST.lanes(F32)}
     assert att.step_arguments(nest, att.default_parameters(nest, HOST), HOST) == \
-        (256, min(rows, 8), lanes)
+        (256, min(rows, 8), lanes, HOST.lanes(F32))
     for preset, tile in (("znver3", (6, 2)), ("sapphirerapids", (6, 4))):
         values = att.default_parameters(nest, Target.named(preset))
         assert (values["row_group"], values["tile_vectors"]) == tile
@@ -155,7 +161,8 @@ def test_keys_not_a_whole_number_of_tiles_get_constant_counts_and_threads(keys) 
                                rtol=1e-4, atol=1e-5)
     kernel = plain_kernel(graph)
     (loop, nest), = att.nests(kernel)
-    scheduled = PRIMITIVES["attention"][0](kernel, loop, 256, 4, 4 * HOST.lanes(DType.f32))
+    lanes = HOST.lanes(DType.f32)
+    scheduled = PRIMITIVES["attention"][0](kernel, loop, 256, 4, 4 * lanes, lanes)
     assert not [s for s in walk_stmts(scheduled.body) if isinstance(s, For) and
                 s.kind == "vectorized" and not isinstance(s.stop, Const)]
     assert "parallel" in ember.explain(compiled, measure=False).kernels[0].schedule
