@@ -4,8 +4,9 @@ A `Kernel` becomes `void @<name>(ptr %<param>, ..., i64 %<size>, ...)`: one poin
 parameter, each to a row-major buffer whose element strides are `Buffer.strides` (computed
 from the size arguments where its dims are sizes known at call time). Locals are allocas
 in the entry block (LLVM promotes them), loop counters too; scoped alias metadata tells
-LLVM that no parameter points into a local (`mark_local_accesses`). Scalar code comes from the op tables in
-`ember.codegen.scalar`; this module emits the structure around it: loops, ifs, loads, stores.
+LLVM that no parameter points into a local (`mark_local_accesses`). Scalar code comes from
+the op tables in `ember.codegen.scalar`; this module emits the structure around it: loops,
+ifs, loads, stores.
 Parallel loops run on a thread team through libgomp (`ember.codegen.parallel`); unrolled
 loops become copies of their body and vectorized loops LLVM vectors (`ember.codegen.vector`),
 or serial loops where they cannot.
