@@ -104,7 +104,8 @@ def test_weights_given_at_call_time_are_not_packed() -> None:
 
 def test_packed_conv_nest_keeps_a_register_tile_and_turns_it_once_per_tile() -> None:
     graph = run_passes(conv_graph((1, 256, 7, 7), data(64, 256, 1, 1)), ["pack_convs", "dce"])
-    (kernel,) = schedule_program(lower_graph(graph, target=HOST), HOST).kernels
+    avx512 = Target.named("znver4")  # panels of 2 vectors by up to 8 positions
+    (kernel,) = schedule_program(lower_graph(graph, target=avx512), avx512).kernels
     loops = list(walk_stmts(kernel.body))
     vectorized = [s for s in loops if isinstance(s, For) and s.kind == "vectorized"]
     # Channels in the lanes for the sum (32 a vector); positions in the lanes for the
@@ -140,17 +141,39 @@ def test_a_half_packed_conv_runs_its_plain_nest() -> None:
 
 @pytest.mark.parametrize("name, channels, lanes", [
     ("znver4", 64, 32), ("znver4", 48, 16), ("znver4", 40, None),
-    ("znver3", 64, 8), ("znver3", 36, None), ("neoverse-n1", 64, 8), ("neoverse-n1", 36, 4)])
+    ("sapphirerapids", 64, 64), ("znver3", 64, 16), ("znver3", 40, 8), ("znver3", 36, None),
+    ("neoverse-n1", 64, 16), ("neoverse-n1", 36, 4)])
 def test_packed_panels_come_from_the_target(name, channels, lanes) -> None:
-    """The panel is the widest power of two of vectors whose tile of 8 positions fits the
-    registers: 2 of AVX-512's 16 lanes, 1 of AVX2's 8 (16 registers), 2 of NEON's 4."""
+    """The panel is the widest power of two of vectors, up to the GEMM micro-kernel's
+    vectors across, that divides the channels: 2 of AVX-512's 16 lanes on one FMA unit, 4
+    on two, 2 of AVX2's 8, 4 of NEON's 4."""
     from ember.loops.schedules.packed_conv import panel_lanes
 
     assert panel_lanes(Target.named(name), channels) == lanes
 
 
+@pytest.mark.parametrize("name, plane, rows", [
+    ("znver3", 7, 5), ("znver3", 14, 6), ("znver4", 7, 7), ("znver4", 14, 8),
+    ("sapphirerapids", 14, 6)])
+def test_the_tiles_rows_come_from_the_registers_and_the_plane(name, plane, rows) -> None:
+    """As many positions as the GEMM's register tile of the panel's vectors holds (6 by 2
+    vectors of AVX2's 16 registers, 8 at most), one or two fewer where that leaves fewer
+    positions past the plane (7x7: 49 positions are 9 tiles of 6, 10 of 5)."""
+    from ember.driver.backend import CpuBackend
+    from ember.graph.passes import get_pass
+    from ember.loops.schedules import packed_conv as pc
+
+    target = Target.named(name)
+    packing = CpuBackend(target).configure(get_pass("pack_convs"))
+    graph = run_passes(packing.run(conv_graph((1, 256, plane, plane), data(64, 256, 1, 1))),
+                       ["dce"])
+    kernel, = lower_graph(graph, target=target).kernels
+    (_, nest), = pc.nests(kernel)
+    assert pc.default_parameters(nest, target) == {"rows": rows}
+
+
 def test_the_backend_packs_for_its_target() -> None:
-    """An AVX2 target's compile packs a 7x7 conv of 64 channels in panels of 8."""
+    """An AVX2 target's compile packs a 7x7 conv of 64 channels in panels of 16."""
     from ember.driver.backend import CpuBackend
     from ember.graph.passes import get_pass
 
@@ -158,4 +181,4 @@ def test_the_backend_packs_for_its_target() -> None:
     packing = CpuBackend(Target.named("znver3")).configure(get_pass("pack_convs"))
     packed = packing.run(graph)
     (op,) = [op for op in packed.walk() if op.name == "packed_conv"]
-    assert op.operands[1].shape == (8, 256, 8)
+    assert op.operands[1].shape == (4, 256, 16)

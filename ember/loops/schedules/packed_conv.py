@@ -1,7 +1,8 @@
 """The schedule of a conv whose weights are packed in panels of L output channels
 (`packed_conv`, ember/graph/passes/pack_convs.py), with the output channels in the vector
-lanes: a tile is R output positions by one panel, R * L / 16 register-held accumulators;
-per (c, kh, kw) it loads one row of the panel and broadcasts R input elements:
+lanes: a tile is R output positions by one panel, R * L / lanes register-held accumulators
+(the GEMM micro-kernel's shape: positions are its rows, the panel its vectors across); per
+(c, kh, kw) it loads one row of the panel and broadcasts R input elements:
 
     for %t = 0 to N * (M / L) * ceil(P / R) parallel {
       (n, q, p0) from t
@@ -21,12 +22,13 @@ one contiguous store, read from the sums by a gather; the sum reads every operan
 contiguously or as a broadcast. On a small plane (7x7) the implicit GEMM's panels of
 output positions would leave lanes idle; here none are when M is a multiple of L.
 
-The step `packed_conv <outer loop>` applies this to the plain nest that `graph.packed_conv`
+The step `packed_conv <outer loop> <R>` applies this to the plain nest that `graph.packed_conv`
 lowers to (a window nest with no padding whose filter is read from panels,
 wp[m // L, k, m % L]: ember/loops/schedules/window_nest.py); the plain nest's reads and
 stores are instantiated at the tile's variables.
 
-Reads no target fact: L is the panel width the graph pass chose, R a constant.
+Reads from the target: the registers and FMA units, through the GEMM's register tile
+(`panel_lanes`, `default_parameters`). L is the panel width the graph pass chose.
 The measurements behind these choices: docs/decisions.md.
 """
 
@@ -65,8 +67,10 @@ from ember.loops.verify import verify_kernel
 from ember.target import Target
 
 F32 = DType.f32
-PARAMETERS: Parameters = {}  # the tile is the graph pass's panel by a divisor of the plane
-PACKED_CONV_ROWS = 7  # output positions per tile: 7 x 32 lanes is 14 accumulators
+# rows: output positions per tile (the default derives from the target's registers and the
+# plane: `default_parameters`).
+PARAMETERS: Parameters = {"rows": (6, (4, 5, 6, 7, 8))}
+MAX_ROWS = 8  # output positions per tile at most: each is a stream of broadcasts
 # Taps unrolled at most: a 3x3 filter's 9 unroll whole, a patch embedding's 16x16 unrolls a
 # row of 16 (its 32x32, CLIP's, unrolled whole, was 1024 copies of the tile's FMAs: a
 # minute of LLVM for one kernel).
@@ -75,29 +79,35 @@ MAX_UNROLLED_TAPS = 16
 
 def panel_lanes(target: Target, channels: int) -> int | None:
     """The panel width (output channels a tile holds) for a packed conv of `channels`
-    output channels on `target`: the widest whole number of f32 vectors, a power of two,
-    that divides the channels and whose tile (up to 8 positions by the panel, as
-    `packed_conv_rows` picks them) fits the vector registers with one panel row and a
-    broadcast; None when not one vector divides them. 32 on AVX-512 (2 vectors x 8 rows:
-    16 accumulators of 32 registers), 8 with AVX2's 16 registers or NEON's 4 lanes."""
+    output channels on `target`: the widest power of two of f32 vectors, at most the GEMM
+    micro-kernel's vectors across (`tile_vectors`), that divides the channels; None when
+    not one vector divides them. 16 with AVX2 (2 vectors of 8 by 6 positions: 12
+    accumulators of 16 registers; a panel of 8 by 7, as before, was latency-bound: 7
+    accumulators for two FMA units, ResNet-50's late 1x1 convs at 37-58% of the peak)."""
+    from ember.loops.schedules.gemm import tile_vectors
+
     lanes = target.lanes(F32)
     widest = None
     vectors = 1
-    while 8 * vectors + vectors + 1 <= target.vector_registers:
+    while vectors <= tile_vectors(target):
         if channels % (vectors * lanes) == 0:
             widest = vectors * lanes
         vectors *= 2
     return widest
 
 
-def packed_conv_rows(positions: int) -> int:
-    """Output positions per tile for a plane of `positions`: a divisor of it near
-    PACKED_CONV_ROWS when there is one (7x7 and 14x14 planes take 7), so that no tile
-    computes positions past the plane."""
-    for rows in (PACKED_CONV_ROWS, 8, 6):
-        if positions % rows == 0:
-            return rows
-    return min(PACKED_CONV_ROWS, positions)
+def packed_conv_rows(positions: int, most: int) -> int:
+    """Output positions per tile for a plane of `positions`, a tile of at most `most`:
+    `most`, unless a tile or two fewer leaves fewer positions past the plane where `most`
+    leaves over 5% of it (7x7 planes take 7 of 8)."""
+    most = max(1, min(most, positions))
+
+    def past(rows: int) -> int:
+        return -(-positions // rows) * rows - positions
+
+    if past(most) <= 0.05 * positions:
+        return most
+    return min(range(most, max(1, most - 2) - 1, -1), key=past)
 
 
 def panel_width(nest: WindowNest, shapes: dict[str, tuple[int, ...]]) -> int | None:
@@ -134,26 +144,37 @@ def nests(kernel: Kernel, windows: Windows | None = None) -> list[tuple[str, Win
 
 
 def default_parameters(nest: WindowNest, target: Target) -> dict[str, int]:
-    """None: the panel width is the graph pass's choice."""
-    return {}
+    """The rows of the tile on `target`: as many as the GEMM's register tile of the
+    panel's vectors holds (`register_tile`), at most MAX_ROWS, fitted to the plane."""
+    from ember.loops.schedules.gemm import register_tile
+
+    vectors = max(1, _panel_lanes_of(nest) // target.lanes(F32))
+    most = min(MAX_ROWS, register_tile(target, vectors)[0])
+    return {"rows": packed_conv_rows(nest.extents[2] * nest.extents[3], most)}
 
 
-def packed_conv(kernel: Kernel, loop: str) -> Kernel:
+def _panel_lanes_of(nest: WindowNest) -> int:
+    """L of the nest's filter read wp[m // L, k, m % L] (or wp[0, k, m]: one panel)."""
+    panel = product_terms(nest)[1].index[0]
+    return int(panel.b.value) if isinstance(panel, Binary) else nest.extents[1]
+
+
+def packed_conv(kernel: Kernel, loop: str, rows: int) -> Kernel:
     """The schedule primitive: the plain packed conv nest of `loop` (a top-level loop of
-    `kernel`) in tiles of output positions by one panel of output channels."""
-    nest = step_nest(kernel, loop, nests, "packed_conv", "plain packed conv nest")
+    `kernel`) in tiles of `rows` output positions by one panel of output channels."""
+    nest = step_nest(kernel, loop, nests, "packed_conv", "plain packed conv nest", rows=rows)
     shapes = {b.name: b.shape for b in (*kernel.params, *kernel.locals)}
     lanes = panel_width(nest, shapes)
     scheduled = replace_nest(kernel, loop, nest.acc, lambda names: _packed_tiles(
-        names, nest, nest.extents[1] // lanes, lanes))
+        names, nest, nest.extents[1] // lanes, lanes, rows))
     # (A fused epilogue without vector code, sin say, runs its lanes' loop serially.)
     return verify_kernel(serial_unless_vectorizable(scheduled, simplified=True))
 
 
-def _packed_tiles(names: FreshNames, nest: WindowNest, panels: int, lanes: int
+def _packed_tiles(names: FreshNames, nest: WindowNest, panels: int, lanes: int, rows: int
                   ) -> list[Stmt]:
     """The scheduled nest of `nest` (the module docstring's), its filter in `panels`
-    panels of `lanes` output channels."""
+    panels of `lanes` output channels, tiles of `rows` positions."""
     x_term, w_term = product_terms(nest)
     n_var, m_var, oh_var, ow_var = nest.output
     c_var, kh_var, kw_var = nest.reduction
@@ -162,7 +183,7 @@ def _packed_tiles(names: FreshNames, nest: WindowNest, panels: int, lanes: int
     nb, m_out, oh_n, ow_n = nest.extents
     c_in = nest.reduction_extents[0]
     positions = oh_n * ow_n
-    rows = packed_conv_rows(positions)
+    rows = min(rows, positions)
     tiles = -(-positions // rows)
     acc = names.local(F32, (rows, lanes))
     t, c, kh, kw, r = (names.var(v) for v in ("task", "c", "kh", "kw", "r"))
