@@ -455,7 +455,10 @@ def matrix_tile(target: Target, rows: int | None = None, a_pitch: int | None = N
     less than an eighth more columns than the narrowest (`padded_columns`: N = 40 of 16
     lanes is 48 columns in tiles of one vector, 64 in tiles of two or four). Its rows stay
     at most the two-vector tile's: each is a stream of A read in place, and more measured
-    slower (512x512x40 on Zen 4: 14 rows 89 GFLOP/s, 24 rows 46; docs/benchmarks.md)."""
+    slower (512x512x40 on Zen 4: 14 rows 89 GFLOP/s, 24 rows 46; docs/benchmarks.md);
+    unless the FMA units need more independent accumulators than that (AVX2's 16
+    registers hold 6 rows of two vectors: a one-vector tile of 6 rows was latency-bound,
+    256x256x49 at 80 GFLOP/s on Zen 2, 105-111 with 10)."""
     lanes = target.lanes(F32)
     widths = [v for v in (1, 2, 4, 8) if v <= tile_vectors(target)]
     vectors = widths[-1]
@@ -463,7 +466,9 @@ def matrix_tile(target: Target, rows: int | None = None, a_pitch: int | None = N
         fewest = min(padded_columns(cols, v * lanes, lanes) for v in widths)
         vectors = max(v for v in widths if 7 * padded_columns(cols, v * lanes, lanes)
                       < 8 * fewest)
-    most, nr = register_tile(target, max(vectors, 2))[0], vectors * lanes
+    most = max(register_tile(target, max(vectors, 2))[0],
+               min(register_tile(target, vectors)[0], _busy_rows(target, vectors)))
+    nr = vectors * lanes
     mr = tile_rows(target, rows, a_pitch, vectors, most=most)
     # A task per core: each task packs its own B block, so tasks beyond the team repack B
     # for nothing (256^3: 4 tasks 0.90x torch.matmul on 1 thread and 0.91x on 2; one a core
