@@ -339,3 +339,38 @@ def test_ordering_a_region_reads_each_ops_producers_once(monkeypatch) -> None:
     position = {op: k for k, op in enumerate(order)}
     assert all(position[v.producer] < position[op] for op in order for v in op.operands
                if v.producer in position)
+
+
+def test_outlining_reorders_only_when_a_reader_sits_inside_the_group(monkeypatch) -> None:
+    """A fused op takes its last member's place: the region is re-sorted only when an op
+    between the group's first member and its last reads what the group makes (each
+    fusion re-sorting the whole graph made fusing O(n^2) in its ops)."""
+    from ember.graph.fusion import outline
+    from ember.graph.fusion.policy import FusionPlan
+    from ember.graph.verify import verify_graph
+
+    b = Builder("between")
+    x = b.input("x", ember.DType.f32, (4,))
+    e = b.exp(x)
+    reader = b.neg(e)  # between the members, reading the first one
+    n = b.sqrt(x)
+    b.output(b.add(b.abs(n), reader))
+    graph = b.build()
+    ops = graph.body.ops
+    sorts = []
+    topological = outline._topological
+    monkeypatch.setattr(outline, "_topological", lambda o: sorts.append(1) or topological(o))
+    users = {v: [op for op in ops if v in op.operands] for op in ops for v in op.results}
+    exp, sqrt = ops[0], ops[2]
+    fused = outline.outline(graph, graph.body, [exp, sqrt], FusionPlan("injective", (4,)),
+                            users)
+    assert sorts == [1]
+    position = {op: k for k, op in enumerate(graph.body.ops)}
+    assert position[fused] < position[[op for op in graph.body.ops if op.name == "neg"][0]]
+    verify_graph(graph)
+    ops = graph.body.ops
+    users = {v: [op for op in ops if v in op.operands] for op in ops for v in op.results}
+    abs_, add = [op for op in ops if op.name in ("abs", "add")]
+    outline.outline(graph, graph.body, [abs_, add], FusionPlan("injective", (4,)), users)
+    assert sorts == [1]  # nothing between abs and add reads them
+    verify_graph(graph)

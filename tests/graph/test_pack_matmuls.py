@@ -127,3 +127,16 @@ def test_a_matrix_that_is_an_input_is_not_packed() -> None:
     b.output(b.matmul(b.input("x", "f32", (8, 256)), b.input("w", "f32", (256, 256))))
     graph = packed_graph(b.build())
     assert [op.name for op in graph.walk() if "matmul" in op.name] == ["matmul"]
+
+
+@pytest.mark.parametrize("n", [48, 50])
+def test_a_transposed_weight_packs_as_a_contiguous_one(n) -> None:
+    """A Linear's weight [N, K] reaches packing as its transposed view: the panels read its
+    rows in blocks, and are the same as those of the contiguous matrix."""
+    from ember.graph.ops.linalg import pack_matmul_weights
+
+    weight = np.random.default_rng(3).standard_normal((n, 37)).astype(np.float32)
+    from_view = pack_matmul_weights(weight.T, 16)
+    np.testing.assert_array_equal(from_view, pack_matmul_weights(np.ascontiguousarray(weight.T),
+                                                                  16))
+    np.testing.assert_array_equal(unpack_matmul_weights(from_view, n), weight.T)

@@ -53,9 +53,16 @@ def outline(graph: Graph, region: Region, ops: Sequence[Op], plan: FusionPlan,
                root.loc, [v.name for v in outputs])
     replace = dict(zip(outputs, fused.results))
     replace_uses(graph.body, replace)
+    first = next(i for i, op in enumerate(region.ops) if op in members)
     region.ops = [fused if op is ops[-1] else op for op in region.ops if op not in members
                   or op is ops[-1]]
-    region.ops = _topological(region.ops)
+    # Only an op between the group's first member and its last can read the fused op
+    # before it: re-sort when one does (each fusion re-sorting the whole graph made fusing
+    # a graph of n ops O(n^2)).
+    results = set(fused.results)
+    between = region.ops[first:region.ops.index(fused, first)]
+    if any(results.intersection(_reads(op)) for op in between):
+        region.ops = _topological(region.ops)
     return fused
 
 
@@ -86,10 +93,15 @@ def _topological(ops: list[Op]) -> list[Op]:
     return order
 
 
-def _producers(op: Op, produced_here: dict) -> list[Op]:
-    """The ops of `produced_here` whose results `op` (or an op in its regions) reads."""
+def _reads(op: Op) -> set[Value]:
+    """The values `op` (or an op in its regions) reads."""
     used = set(op.operands)
     for region in op.regions:
         for inner in region.walk():
             used.update(inner.operands)
-    return [produced_here[v] for v in used if v in produced_here]
+    return used
+
+
+def _producers(op: Op, produced_here: dict) -> list[Op]:
+    """The ops of `produced_here` whose results `op` (or an op in its regions) reads."""
+    return [produced_here[v] for v in _reads(op) if v in produced_here]

@@ -178,7 +178,10 @@ def pack_matmul_weights(w: np.ndarray, lanes: int) -> np.ndarray:
     k, n = w.shape
     whole, rest = divmod(n, lanes)
     packed = np.zeros((whole + (rest > 0), k, lanes), w.dtype)
-    packed[:whole] = w[:, :whole * lanes].reshape(k, whole, lanes).transpose(1, 0, 2)
+    if w.T.flags.c_contiguous:  # a view of a Linear's weight [N, K]: read its rows in blocks
+        packed[:whole] = w.T[:whole * lanes].reshape(whole, lanes, k).transpose(0, 2, 1)
+    else:
+        packed[:whole] = w[:, :whole * lanes].reshape(k, whole, lanes).transpose(1, 0, 2)
     if rest:
         packed[whole, :, :rest] = w[:, whole * lanes:]
     return packed
