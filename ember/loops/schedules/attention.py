@@ -126,10 +126,10 @@ def schedule_attention(ctx: FreshNames, att: Attention, key_block: int, row_grou
     group = max(1, min(row_group, rows)) if isinstance(rows, int) else row_group
     block = min(key_block, keys) if isinstance(keys, int) else min(key_block, MASKED_BLOCK)
 
-    def whole_vectors(n: int) -> int:
+    def in_vectors(n: int) -> int:  # n rounded up to whole vectors
         return -(-n // lanes) * lanes
 
-    scores = ctx.local(F32, (group, whole_vectors(block)))
+    scores = ctx.local(F32, (group, in_vectors(block)))
     acc = ctx.local(F32, (group, width))
     top, total, part, fresh, corr, shift = (ctx.local(F32, (group,)) for _ in range(6))
 
@@ -197,7 +197,7 @@ def schedule_attention(ctx: FreshNames, att: Attention, key_block: int, row_grou
 
                 def inside(j: Expr) -> Expr:  # key k0 + j is in the block
                     return binary("lt", j, count)
-            size, masked = whole_vectors(size), masked or size % lanes != 0
+            size, masked = in_vectors(size), masked or size % lanes != 0
 
             def s(ii: Expr, j: Expr) -> Load:
                 return at(scores, ii, j)

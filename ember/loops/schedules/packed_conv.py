@@ -86,10 +86,10 @@ def panel_lanes(target: Target, channels: int) -> int | None:
     accumulators for two FMA units, ResNet-50's late 1x1 convs at 37-58% of the peak)."""
     from ember.loops.schedules.gemm import tile_vectors
 
-    lanes = target.lanes(F32)
+    lanes, most = target.lanes(F32), tile_vectors(target)
     widest = None
     vectors = 1
-    while vectors <= tile_vectors(target):
+    while vectors <= most:
         if channels % (vectors * lanes) == 0:
             widest = vectors * lanes
         vectors *= 2
