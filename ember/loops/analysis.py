@@ -258,10 +258,15 @@ def independent(loop: For, kernel: Kernel) -> str | None:
     stores = [s for s in walk_stmts(loop.body) if isinstance(s, Store)
               and s.buffer not in locals_]
     stored, loaded = set(), set()
+    blocked: dict[str, bool] = {}  # buffer -> whether each iteration writes a block of it
     for s in stores:
         stored.add(s.buffer)
-        if own in s.index or _blocked_axis(loop, [t.index for t in stores
-                                                  if t.buffer == s.buffer]):
+        if own in s.index:
+            continue
+        if s.buffer not in blocked:
+            blocked[s.buffer] = _blocked_axis(loop, [t.index for t in stores
+                                                     if t.buffer == s.buffer])
+        if blocked[s.buffer]:
             continue
         # A task loop over fused (n, c) writes out[n // C, n % C, ...]: the flat position
         # n * C + c is the loop variable. Every store to the buffer needs it on that axis.
