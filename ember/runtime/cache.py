@@ -10,7 +10,10 @@ index, and a check of every file and of itself (SHA-256; the constants, hundreds
 megabytes for a large model, by a CRC-32 per chunk, on all cores: a check against disk
 errors that a warm start can afford).
 Entries are written into a temp folder and renamed into place, so a reader never sees half
-an entry; one that fails its checks is discarded and rebuilt.
+an entry; one that fails its checks is discarded and rebuilt. A fresh build's entry is
+written by a thread of its own while the program already runs (`store_later`: hundreds of
+megabytes of new pages cost a large model's compile half a second); this process's own
+lookups wait for it, and the interpreter waits for it at exit.
 
 The root is `EMBER_CACHE_DIR`, else `$XDG_CACHE_HOME/ember`, else `~/.cache/ember`.
 """
@@ -24,6 +27,7 @@ import mmap
 import os
 import shutil
 import tempfile
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,8 +58,8 @@ def _sha(data: Any) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _constants_check(blob: np.ndarray) -> str:
-    return crc32_chunks(blob, usable_cores())
+def _constants_check(blob: np.ndarray, workers: int) -> str:
+    return crc32_chunks(blob, workers)
 
 
 def _mapped(path: Path, size: int) -> np.ndarray:
@@ -88,6 +92,21 @@ def _constants_layout(constants: dict[str, np.ndarray]) -> tuple[list[list[Any]]
     return index, offset
 
 
+# This process's entries being written by `store_later`, by folder.
+_WRITING: dict[Path, threading.Thread] = {}
+_WRITING_LOCK = threading.Lock()
+
+
+def wait_for_writes(path: Path | None = None) -> None:
+    """Return once this process's background writes (of the entry at `path`, or every
+    one) are on disk or have failed."""
+    with _WRITING_LOCK:
+        threads = list(_WRITING.values()) if path is None else [_WRITING.get(path)]
+    for thread in threads:
+        if thread is not None:
+            thread.join()
+
+
 class DiskCache:
     """Compiled artifacts in folders under `root`, one per key."""
 
@@ -101,6 +120,7 @@ class DiskCache:
     def load(self, key: str) -> Artifact | None:
         """The entry for `key`, or None when there is none or it was corrupt (then removed)."""
         path = self.path(key)
+        wait_for_writes(path)
         if not path.is_dir():
             return None
         try:
@@ -125,7 +145,7 @@ class DiskCache:
             _verify(objects[-1], body["files"][name], name)
         size = body["files"][CONSTANTS][0]
         blob = _mapped(path / CONSTANTS, size)
-        if [size, _constants_check(blob)] != body["files"][CONSTANTS]:
+        if [size, _constants_check(blob, usable_cores())] != body["files"][CONSTANTS]:
             raise CorruptEntry(f"{CONSTANTS} fails its check")
         constants = {}
         for name, dtype, shape, offset, nbytes in body["constants"]:
@@ -154,6 +174,26 @@ class DiskCache:
             raise
         return final
 
+    def store_later(self, key: str, artifact: Artifact) -> None:
+        """`store` in a thread of its own (a non-daemon one: the interpreter finishes it
+        before it exits); a failure to write is logged, as a cache's must be."""
+        final = self.path(key)
+
+        def write() -> None:
+            try:
+                self.store(key, artifact)
+            except OSError as e:  # a read-only or full disk costs a rebuild later
+                log.warning("ember cache: cannot store %s (%s)", key, e)
+            finally:
+                with _WRITING_LOCK:
+                    if _WRITING.get(final) is thread:
+                        del _WRITING[final]
+
+        thread = threading.Thread(target=write, name=f"ember-cache-{key[:8]}")
+        with _WRITING_LOCK:
+            _WRITING[final] = thread
+        thread.start()
+
     def _write(self, key: str, artifact: Artifact, folder: Path) -> None:
         index, size = _constants_layout(artifact.constants)
         with open(folder / CONSTANTS, "wb") as f:
@@ -161,7 +201,9 @@ class DiskCache:
                 f.write(bytes(offset - f.tell()))  # the alignment's padding
                 f.write(np.ascontiguousarray(data).reshape(-1).view(np.uint8).data)
             f.write(bytes(size - f.tell()))
-        files = {CONSTANTS: [size, _constants_check(_mapped(folder / CONSTANTS, size))]}
+        # On this thread alone: a background write leaves the other cores to the program,
+        # and an interpreter that is exiting (it waits for the write) takes no new pools.
+        files = {CONSTANTS: [size, _constants_check(_mapped(folder / CONSTANTS, size), 1)]}
         for i, data in enumerate(artifact.objects):
             _write_file(folder / code_file(i), data)
             files[code_file(i)] = [len(data), _sha(data)]
@@ -174,6 +216,7 @@ class DiskCache:
     def discard(self, key: str) -> None:
         """Remove the entry for `key`: renamed aside first, so readers never see half of it."""
         path = self.path(key)
+        wait_for_writes(path)
         trash = path.parent / f".trash-{key}-{os.getpid()}-{id(self)}"
         try:
             os.replace(path, trash)
@@ -244,8 +287,8 @@ def get_cached(key: str, load: Callable[[Artifact], Any], *, memory: MemoryCache
 def get_or_build(key: str, build: Callable[[], Artifact], load: Callable[[Artifact], Any], *,
                  memory: MemoryCache | None = None, disk: DiskCache | None = None,
                  stats: CacheStats | None = None) -> Any:
-    """The executable for `key`: cached (`get_cached`), else built (every stage), stored on
-    disk and loaded."""
+    """The executable for `key`: cached (`get_cached`), else built (every stage), loaded,
+    and stored on disk while it runs (`DiskCache.store_later`)."""
     stats = stats if stats is not None else CacheStats()
     found = get_cached(key, load, memory=memory, disk=disk, stats=stats)
     if found is not None:
@@ -253,10 +296,7 @@ def get_or_build(key: str, build: Callable[[], Artifact], load: Callable[[Artifa
     artifact = build()
     stats.builds += 1
     if disk is not None:
-        try:
-            disk.store(key, artifact)
-        except OSError as e:  # a read-only or full disk costs a rebuild later, not a failure
-            log.warning("ember cache: cannot store %s (%s)", key, e)
+        disk.store_later(key, artifact)
     return _loaded(key, artifact, load, memory)
 
 

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import ml_dtypes
@@ -137,6 +138,7 @@ def test_corrupt_entry_is_discarded_and_rebuilt(tmp_path, damage) -> None:
     disk, key = DiskCache(tmp_path), "cd" * 32
     stats = CacheStats()
     get_or_build(key, build_handmade, load_handmade, disk=disk, stats=stats)
+    cache_mod.wait_for_writes()  # the entry is written while the program runs
     damage(disk.path(key))
     exe = get_or_build(key, build_handmade, load_handmade, disk=disk, stats=stats)
     assert stats.builds == 2 and disk.discarded == 1
@@ -166,6 +168,23 @@ def test_interrupted_write_leaves_no_partial_entry(tmp_path, monkeypatch) -> Non
     monkeypatch.setattr(cache_mod, "_write_file", real_write)
     disk.store(key, build_handmade())
     assert disk.load(key) is not None
+
+
+def test_a_fresh_entry_is_written_while_the_program_runs(tmp_path, monkeypatch) -> None:
+    disk, key = DiskCache(tmp_path), "23" * 32
+    release, real_write = threading.Event(), cache_mod._write_file
+
+    def slow_write(path: Path, data) -> None:
+        assert release.wait(60)
+        real_write(path, data)
+
+    monkeypatch.setattr(cache_mod, "_write_file", slow_write)
+    exe = get_or_build(key, build_handmade, load_handmade, disk=disk)
+    np.testing.assert_array_equal(exe(np.zeros(8, np.float32))[0], C)  # before the entry
+    assert not disk.path(key).exists()
+    release.set()
+    assert disk.load(key) is not None  # this process's lookup waits for the write
+    cache_mod.wait_for_writes()
 
 
 def test_store_keeps_an_entry_another_process_wrote(tmp_path) -> None:
