@@ -43,9 +43,9 @@ class Config:
     # faster than the unfused GEMMs and softmax (12 heads of 64, one thread: 0.58 against
     # 0.64 ms at sequence 128, 140 against 168 ms at 2048); off only to compare or bisect.
     fuse_attention: bool = True
-    # Compute 3x3 convs at stride 1 with a constant filter by Winograd's F(2x2, 3x3) (the
-    # winograd_convs pass): 2.25x fewer multiplies, with rounding of the same order as the
-    # direct sum's (ResNet-50's output moves by 2.7e-6 of its magnitude); off computes
+    # Compute 3x3 convs at stride 1 with a constant filter by Winograd's F(4x4, 3x3) or
+    # F(2x2, 3x3) (the winograd_convs pass): 4x or 2.25x fewer multiplies, with rounding a
+    # few times or of the same order as the direct sum's (docs/decisions.md); off computes
     # every conv directly.
     winograd: bool = True
     # The machine to compile for: a Target, a preset's name ("znver4", "neoverse-n1", ...)

@@ -1,11 +1,14 @@
 """The winograd_convs pass (ember/graph/passes/winograd_convs.py) and its kernels
 (ember/loops/lower/ops/winograd.py): 3x3 convs at stride 1 with a constant filter, enough
-channels and enough tiles become Winograd's F(2x2, 3x3); the others stay direct. Values:
-compiled against the interpreter on the graph before the pass, with even and odd output
-sizes, no padding and asymmetric padding, batches, bias and fused epilogues (ReLU, a
-residual add) at the output transform's four stores per tile."""
+channels and enough tiles become Winograd's F(4x4, 3x3), or F(2x2, 3x3) where the larger
+tiles would be too few; the others stay direct. Values: compiled against the interpreter
+on the graph before the pass, with output sizes that are whole tiles and sizes that are
+not, no padding and asymmetric padding, batches, bias and fused epilogues (ReLU, a
+residual add) at the output transform's stores."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -17,7 +20,7 @@ from ember.dtypes import DType
 from ember.explain import explain
 from ember.graph.ops.winograd import winograd_weights
 from ember.graph.passes.fold import constant_value
-from ember.graph.passes.winograd_convs import winograd_pitch
+from ember.graph.passes.winograd_convs import winograd_pitch, winograd_tile
 from ember.loops.ir import (
     Binary,
     Cast,
@@ -63,23 +66,28 @@ def op_names(graph) -> list[str]:
     return [op.name for op in graph.walk() if op.name not in ("constant",)]
 
 
-@pytest.mark.parametrize("x_shape, m, attrs, epilogue", [
-    ((1, 64, 16, 16), 64, {"pads": (1, 1, 1, 1)}, "relu"),  # 64 tiles
-    ((2, 64, 13, 11), 72, {"pads": (1, 1, 1, 1)}, "residual"),  # odd: half-outside tiles
-    ((1, 96, 14, 14), 64, {}, ""),  # no padding: 12x12 out of 14x14
-    ((1, 64, 12, 15), 64, {"pads": (0, 1, 2, 0)}, "relu"),  # asymmetric padding
+@pytest.mark.parametrize("x_shape, m, attrs, epilogue, tile", [
+    ((1, 64, 16, 16), 64, {"pads": (1, 1, 1, 1)}, "relu", 2),  # 64 tiles (16 of 4x4)
+    ((2, 64, 13, 11), 72, {"pads": (1, 1, 1, 1)}, "residual", 2),  # half-outside tiles
+    ((1, 96, 14, 14), 64, {}, "", 2),  # no padding: 12x12 out of 14x14
+    ((1, 64, 12, 15), 64, {"pads": (0, 1, 2, 0)}, "relu", 2),  # asymmetric padding
+    ((1, 32, 28, 28), 40, {"pads": (1, 1, 1, 1)}, "relu", 4),  # 49 tiles of 4x4
+    ((2, 32, 26, 23), 32, {"pads": (1, 1, 1, 1)}, "residual", 4),  # 2 and 3 rows outside
+    ((1, 48, 26, 27), 32, {"pads": (0, 1, 2, 0)}, "", 4),  # 26x25 outputs
 ])
-def test_convs_become_winograd_and_match_the_interpreter(x_shape, m, attrs,
-                                                         epilogue) -> None:
+def test_convs_become_winograd_and_match_the_interpreter(x_shape, m, attrs, epilogue,
+                                                         tile) -> None:
     w, bias = data(m, x_shape[1], 3, 3) / 10, data(m)
     graph = conv_graph(x_shape, w, bias, epilogue, **attrs)
     rewritten = run_passes(graph, ["winograd_convs", "dce"])
     names = op_names(rewritten)
     assert "conv" not in names
     assert {"winograd_input", "matmul", "winograd_output"} <= set(names)
+    (transform,) = [op for op in rewritten.walk() if op.name == "winograd_input"]
+    assert transform.attrs["tile"] == tile
     (matmul,) = [op for op in rewritten.walk() if op.name == "matmul"]
     np.testing.assert_allclose(constant_value(rewritten, matmul.operands[0]),
-                               winograd_weights(w))
+                               winograd_weights(w, tile))
     args = [data(*x_shape)] + ([data(*graph.outputs[0].shape)] if epilogue == "residual"
                                else [])
     want = interpret(graph, args)[0]
@@ -133,30 +141,59 @@ def test_the_winograd_pitch_spreads_the_points_over_cache_sets(tiles, channels, 
         assert len({(a * pitch * c * 4 // 64) % 64 for a in range(16)}) >= 4
 
 
-def test_the_input_transform_writes_four_points_a_pass() -> None:
-    """Each pass over a channel's tiles stores 4 of the 16 points: all 16 at once were 16
-    streams in one L1 set (their distance a multiple of 4 KiB)."""
-    graph = run_passes(conv_graph((1, 64, 16, 16), data(64, 64, 3, 3), pads=(1, 1, 1, 1)),
+@pytest.mark.parametrize("tiles, channels, most", [(196, (64, 64), 4), (36, (96, 64), 4),
+                                                   (49, (128, 128), 5)])
+def test_the_pitch_spreads_the_36_points_of_4x4_tiles_over_cache_sets(tiles, channels,
+                                                                      most) -> None:
+    """At most 4 points of a tile in one of L1's 64 sets; with 128 channels, whose rows
+    are 8 cache lines, no pitch reaches more than 8 sets: 5 of 36 in one."""
+    pitch = winograd_pitch(tiles, channels, 36)
+    assert tiles <= pitch < tiles + 16
+    for c in channels:
+        sets = Counter((a * pitch * c * 4 // 64) % 64 for a in range(36))
+        assert max(sets.values()) <= most
+
+
+@pytest.mark.parametrize("size, tile", [((56, 56), 4), ((28, 28), 4), ((22, 23), 4),
+                                        ((20, 20), 2), ((14, 14), 2), ((7, 7), None)])
+def test_the_tile_is_the_largest_that_makes_enough_tiles(size, tile) -> None:
+    """4x4 outputs a tile where that makes at least MIN_TILES (32) tiles: 22x23 makes 36;
+    20x20 makes 25, so 2x2 (100); at 7x7 neither makes enough."""
+    assert winograd_tile(size) == tile
+
+
+@pytest.mark.parametrize("size, points_a_pass, loads_a_pass", [
+    (16, [4, 8, 4], [8, 8, 8]),  # F(2x2): B^T's rows read tile rows {0, 2}, {1, 2} twice, {1, 3}
+    (28, [6, 24, 6], [18, 24, 18]),  # F(4x4): {0, 2, 4}, {1, 2, 3, 4} four times, {1, 3, 5}
+])
+def test_the_input_transform_stores_a_few_rows_of_points_a_pass(size, points_a_pass,
+                                                                 loads_a_pass) -> None:
+    """Each pass over a channel's tiles stores the rows of points of the transform's rows
+    that read the same rows of the tile, which it loads once: all 16 points of F(2x2) at
+    once were 16 streams in one L1 set (their distance a multiple of 4 KiB), and F(4x4)'s
+    rows 1-4, a pass each, loaded the same four rows of the tile four times."""
+    graph = run_passes(conv_graph((1, 64, size, size), data(64, 64, 3, 3), pads=(1, 1, 1, 1)),
                        ["winograd_convs", "dce"])
     (kernel,) = [k for k in lower_graph(graph, target=HOST).kernels if "winograd_input" in k.name]
     passes = [s for s in walk_stmts(kernel.body) if isinstance(s, For)
               and any(isinstance(t, Store) and t.buffer == "y0" and not isinstance(t.value, Const)
                       for t in s.body)]
-    assert len(passes) == 4
-    for loop in passes:
-        points = {s.index[0] for s in loop.body if isinstance(s, Store) and s.buffer == "y0"}
-        assert len(points) == 4
+    assert [len({s.index[0] for s in loop.body if isinstance(s, Store) and s.buffer == "y0"})
+            for loop in passes] == points_a_pass
+    assert [sum(isinstance(load, Load) and load.buffer == "x0" for load in loads_in(loop.body))
+            for loop in passes] == loads_a_pass
 
 
-@pytest.mark.parametrize("size, rows_of_tiles", [(16, (8, 8)), (60, (30, 30)), (15, (8, 7))])
+@pytest.mark.parametrize("size, rows_of_tiles", [(16, (8, 8)), (60, (15, 15)), (15, (8, 7)),
+                                                 (26, (7, 6))])
 def test_the_scheduling_stage_puts_each_row_of_tiles_on_the_targets_lanes(size,
                                                                           rows_of_tiles) -> None:
     """The transforms lower to plain nests over the tiles; the scheduling stage vectorizes
     each row of tiles in blocks of the target's f32 lanes, a shorter row on one vector
     (the stores of a tile's several points go to elements no two lanes share).
     `rows_of_tiles`: the tiles of a row of the input transform and the whole ones of the
-    output's (an odd output's last column of tiles is a loop of one tile: it stays
-    serial)."""
+    output's (2x2 tiles at 16 and 15, 4x4 at 60 and 26; the last column of tiles of an
+    output that is not whole tiles is a loop of one tile: it stays serial)."""
     graph = run_passes(conv_graph((1, 32, size, size), data(32, 32, 3, 3), pads=(1, 1, 1, 1)),
                        ["winograd_convs", "dce"])
     lanes = HOST.lanes(DType.f32)

@@ -266,10 +266,19 @@ def test_winograd_transform_types_and_errors():
     assert result_type("winograd_input", (2, 3, 10, 8), pitch=27) == "f32[16,3,27]"
     with pytest.raises(ShapeError, match="pitch 20 is less than its 24 tiles"):
         build("winograd_input", [(DType.f32, (2, 3, 10, 8))], pitch=20)
-    with pytest.raises(ShapeError, match="even, at least"):
+    with pytest.raises(ShapeError, match=r"2TH \+ 2, 2TW \+ 2\] \(at least 4\)"):
         build("winograd_input", [(DType.f32, (1, 3, 9, 8))])
-    with pytest.raises(ShapeError, match="even, at least"):
+    with pytest.raises(ShapeError, match="at least 4"):
         build("winograd_input", [(DType.f32, (3, 10, 8))])
+    assert result_type("winograd_input", (2, 3, 10, 14), tile=4) == "f32[36,3,12]"  # 2 x 3
+    with pytest.raises(ShapeError, match=r"4TH \+ 2, 4TW \+ 2\] \(at least 6\)"):
+        build("winograd_input", [(DType.f32, (2, 3, 10, 8))], tile=4)
+    with pytest.raises(ShapeError, match=r"Winograd tiles are \[2, 4\] outputs a side, got 3"):
+        build("winograd_input", [(DType.f32, (2, 3, 11, 11))], tile=3)
+    assert result_type("winograd_output", (36, 5, 12), size=[7, 6], batch=2, tile=4) \
+        == "f32[2,5,7,6]"
+    with pytest.raises(ShapeError, match=r"m \[36, M, 8 or more\] for 2 output"):
+        build("winograd_output", [(DType.f32, (16, 5, 24))], size=[7, 6], batch=2, tile=4)
     assert result_type("winograd_output", (16, 5, 24), size=[7, 6], batch=2) \
         == "f32[2,5,7,6]"
     assert result_type("winograd_output", (16, 5, 27), size=[7, 6]) == "f32[1,5,7,6]"
@@ -279,21 +288,27 @@ def test_winograd_transform_types_and_errors():
         build("winograd_output", [(DType.f32, (16, 5, 20))], size=[7], batch=1)
 
 
-@pytest.mark.parametrize("size", [(6, 8), (7, 5), (1, 1)])
-def test_winograd_transforms_compute_a_3x3_conv(size):
+@pytest.mark.parametrize("tile", [2, 4])
+@pytest.mark.parametrize("size", [(6, 8), (7, 5), (1, 1), (9, 14)])
+def test_winograd_transforms_compute_a_3x3_conv(size, tile):
     """winograd_output(U @ winograd_input(x padded to whole tiles)) is the 3x3 conv of x
-    with padding 1, odd sizes (a last tile half outside the output) included."""
+    with padding 1, sizes that are not whole tiles (a last tile partly outside the output)
+    included."""
     x, w = randn(2, 4, *size), randn(5, 4, 3, 3)
-    tiles = [-(-d // 2) for d in size]
-    padded = np.pad(x, ((0, 0), (0, 0), *[(1, 2 * t + 1 - d) for t, d in zip(tiles, size)]))
+    tiles = [-(-d // tile) for d in size]
+    padded = np.pad(x, ((0, 0), (0, 0), *[(1, tile * t + 1 - d) for t, d in zip(tiles, size)]))
     count = 2 * tiles[0] * tiles[1]
+    points_per_tile = (tile + 2) ** 2
     want = F.conv2d(T(x), T(w), padding=1).numpy()
     for pitch in (0, count + 3):  # columns past the tiles: zero in, unread out
-        points = run("winograd_input", padded, pitch=pitch)
-        assert points.shape == (16, 4, pitch or count)
+        points = run("winograd_input", padded, pitch=pitch, tile=tile)
+        assert points.shape == (points_per_tile, 4, pitch or count)
         assert not points[:, :, count:].any()
-        y = run("winograd_output", winograd_weights(w) @ points, size=list(size), batch=2)
-        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+        y = run("winograd_output", winograd_weights(w, tile) @ points, size=list(size),
+                batch=2, tile=tile)
+        # F(4x4)'s points carry sums of up to 100 times an input (B^T's coefficients reach
+        # 5): its f32 rounding is up to 2.2e-5 here, on outputs of magnitude 10.
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5 if tile == 2 else 5e-5)
 
 
 # -- conv_transpose --------------------------------------------------------------------
