@@ -36,6 +36,7 @@ from ember.frontends.torch.fingerprint import load_entry, module_fingerprint, st
 from ember.graph.bind import graph_symbols, specialize
 from ember.graph.ir import Graph
 from ember.graph.symbolic import Dim, SymbolicShapeError, symbol
+from ember.util.keys import digests_known
 
 _MISSING = object()
 
@@ -110,6 +111,12 @@ class CompiledModule:
                 self._symbolic_failed = True
                 warnings.warn(f"ember: {type(self.module).__name__} is compiled per input"
                               f" shape, not for symbolic sizes: {e}", stacklevel=3)
+        # One scope for the fingerprint and the compile: the weights' bytes, hashed for the
+        # one, are not hashed again for the other's key.
+        with digests_known():
+            return self._build_traced(args, kwargs)
+
+    def _build_traced(self, args: tuple, kwargs: dict) -> Any:
         fingerprint = self._fingerprint(args, kwargs)
         if fingerprint is not None and (warm := self._warm(fingerprint)) is not None:
             return warm

@@ -14,15 +14,21 @@ from ember.graph.ir import Graph
 from ember.graph.text import print_graph
 from ember.runtime.cache import FORMAT
 from ember.target import usable_cores
-from ember.util.keys import code_version, jsonable, sha256_each
+from ember.util.keys import code_version, jsonable, known_digest, sha256_each
 
 
 def graph_fingerprint(graph: Graph) -> str:
     """A hash of a graph: its text with the constant table elided, then each constant's
     bytes (hashing bytes is much faster than printing them; large ones on all cores)."""
     h = hashlib.sha256(print_graph(graph, constants="elide").encode())
+    # (A constant whose bytes this compile hashed already, a model's weight, is not hashed
+    # again: `known_digest`.)
+    digests = [known_digest(data) for data in graph.constants.values()]
     arrays = [np.ascontiguousarray(data) for data in graph.constants.values()]
-    digests = sha256_each([a.reshape(-1).view(np.uint8).data for a in arrays], usable_cores())
+    missing = [i for i, digest in enumerate(digests) if digest is None]
+    for i, digest in zip(missing, sha256_each([arrays[i].reshape(-1).view(np.uint8).data
+                                               for i in missing], usable_cores())):
+        digests[i] = digest
     for name, data, digest in zip(graph.constants, arrays, digests):
         h.update(f"\n@{name} {data.dtype.str} {data.dtype.name} {data.shape}\n".encode())
         h.update(digest)

@@ -92,8 +92,9 @@ def _constants_layout(constants: dict[str, np.ndarray]) -> tuple[list[list[Any]]
     return index, offset
 
 
-# This process's entries being written by `store_later`, by folder.
-_WRITING: dict[Path, threading.Thread] = {}
+# This process's entries being written by `store_later`, by folder (threads of this
+# process that built the same graph at once each write it; the first rename wins).
+_WRITING: dict[Path, list[threading.Thread]] = {}
 _WRITING_LOCK = threading.Lock()
 
 
@@ -101,10 +102,10 @@ def wait_for_writes(path: Path | None = None) -> None:
     """Return once this process's background writes (of the entry at `path`, or every
     one) are on disk or have failed."""
     with _WRITING_LOCK:
-        threads = list(_WRITING.values()) if path is None else [_WRITING.get(path)]
+        threads = [t for ts in _WRITING.values() for t in ts] if path is None \
+            else list(_WRITING.get(path, ()))
     for thread in threads:
-        if thread is not None:
-            thread.join()
+        thread.join()
 
 
 class DiskCache:
@@ -186,13 +187,14 @@ class DiskCache:
                 log.warning("ember cache: cannot store %s (%s)", key, e)
             finally:
                 with _WRITING_LOCK:
-                    if _WRITING.get(final) is thread:
+                    _WRITING[final].remove(thread)
+                    if not _WRITING[final]:
                         del _WRITING[final]
 
         thread = threading.Thread(target=write, name=f"ember-cache-{key[:8]}")
-        with _WRITING_LOCK:
-            _WRITING[final] = thread
-        thread.start()
+        with _WRITING_LOCK:  # (started before another thread can wait for it)
+            _WRITING.setdefault(final, []).append(thread)
+            thread.start()
 
     def _write(self, key: str, artifact: Artifact, folder: Path) -> None:
         index, size = _constants_layout(artifact.constants)

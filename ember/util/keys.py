@@ -6,8 +6,10 @@ import dataclasses
 import functools
 import hashlib
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +75,35 @@ def crc32_chunks(data: Any, workers: int) -> str:
     view = memoryview(data).cast("B")
     chunks = [view[start:start + _CHUNK_BYTES] for start in range(0, len(view), _CHUNK_BYTES)]
     return "crc32:" + ",".join(f"{crc:08x}" for crc in _on_threads(zlib.crc32, chunks, workers))
+
+
+# Digests of objects whose bytes were hashed already in this compile (a model's weights, for
+# its fingerprint; then their copies in its graph), by id: (object, digest).
+_KNOWN_DIGESTS: ContextVar[dict[int, tuple[Any, Any]] | None] = \
+    ContextVar("known_digests", default=None)
+
+
+@contextmanager
+def digests_known() -> Iterator[None]:
+    """A scope (one compile: nothing writes the objects it names meanwhile) in which
+    `remember_digest` records what `known_digest` gives back, so that bytes are hashed
+    once."""
+    token = _KNOWN_DIGESTS.set({})
+    try:
+        yield
+    finally:
+        _KNOWN_DIGESTS.reset(token)
+
+
+def remember_digest(obj: Any, digest: Any) -> None:
+    """Record `digest` for `obj` in the current `digests_known` scope (none: nothing)."""
+    known = _KNOWN_DIGESTS.get()
+    if known is not None:
+        known[id(obj)] = (obj, digest)
+
+
+def known_digest(obj: Any) -> Any:
+    """The digest recorded for this very object in the current scope, or None."""
+    known = _KNOWN_DIGESTS.get()
+    entry = known.get(id(obj)) if known else None
+    return entry[1] if entry is not None and entry[0] is obj else None

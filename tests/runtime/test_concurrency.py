@@ -117,8 +117,9 @@ def test_two_processes_compiling_one_model_at_once_agree(tmp_path) -> None:
 
 def test_a_process_killed_while_writing_the_cache_leaves_it_usable(tmp_path) -> None:
     writer = _child(tmp_path, 11, SLOW_WRITE="1")
-    # One file of the entry written (in the background: the result may come first).
-    assert "writing" in (writer.stdout.readline().strip(), writer.stdout.readline().strip())
+    # One file of the entry written (in the background: the result may come first, and
+    # the two threads' lines may interleave).
+    assert any("writing" in writer.stdout.readline() for _ in range(3))
     writer.send_signal(signal.SIGKILL)
     writer.wait(timeout=30)
     leftovers = [p for p in tmp_path.rglob("*") if p.is_dir() and p.name.startswith(".tmp")]

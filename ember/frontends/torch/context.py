@@ -34,6 +34,7 @@ from ember.graph.symbolic import (
     modulo,
     symbol,
 )
+from ember.util.keys import known_digest, remember_digest
 
 T = TypeVar("T")
 
@@ -215,12 +216,20 @@ def _sympy_dim(expr: Any, what: str) -> int | Dim:
 
 
 def to_numpy(tensor: torch.Tensor) -> np.ndarray:
-    """A NumPy copy of a real tensor (bf16 through ml_dtypes)."""
-    tensor = tensor.detach().cpu().contiguous()
+    """A read-only NumPy copy of a real tensor (bf16 through ml_dtypes): no one else holds
+    it, so a graph's constant table keeps it as it is (`Builder.constant` copies an array
+    that someone could change: a model's weights were copied twice)."""
+    source, tensor = tensor, tensor.detach().cpu().contiguous()
     dtype = to_dtype(tensor.dtype)
     if dtype is DType.bf16:
-        return tensor.view(torch.int16).numpy().view(DType.bf16.np).copy()
-    return tensor.numpy().copy()
+        array = tensor.view(torch.int16).numpy().view(DType.bf16.np).copy()
+    else:
+        array = tensor.numpy().copy()
+    array.flags.writeable = False
+    hashed = known_digest(source)  # (version, digest) when the fingerprint hashed it
+    if hashed is not None and hashed[0] == source._version:
+        remember_digest(array, hashed[1])
+    return array
 
 
 class ConvertContext:

@@ -45,7 +45,7 @@ import numpy as np
 from ember.runtime.cache import cache_dir
 from ember.target import usable_cores
 from ember.util.files import write_atomically
-from ember.util.keys import code_version, jsonable, sha256_each
+from ember.util.keys import code_version, jsonable, remember_digest, sha256_each
 
 _SIMPLE = (bool, int, float, str, type(None))
 
@@ -78,6 +78,8 @@ def module_fingerprint(module: Any, signature: tuple, config: Any) -> str | None
     for (name, tensor), digest in zip(tensors, sha256_each(data, usable_cores())):
         h.update(f"\n@{name} {tensor.dtype} {tuple(tensor.shape)}\n".encode())
         h.update(digest)
+        # (The import's copy of this tensor has these bytes, unless it changes first.)
+        remember_digest(tensor, (tensor._version, digest))
     return h.hexdigest()
 
 

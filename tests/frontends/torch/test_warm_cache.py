@@ -237,3 +237,41 @@ def test_a_module_held_in_an_attribute_is_vouched_for_by_its_code_when_it_has_no
     assert module_fingerprint(model, signature, CPU) not in (None, first)
     model.functions = {"act": torch.nn.Linear(8, 8)}
     assert module_fingerprint(model, signature, CPU) is None
+
+
+def test_weights_hashed_for_the_fingerprint_are_not_hashed_again(monkeypatch) -> None:
+    """The graph key of a traced module reuses the digests its fingerprint computed for
+    the weights (`digests_known`), and is the key computed from the bytes themselves."""
+    from ember.driver import keys
+    from ember.driver.pipeline import resolve, signature
+    from ember.explain import _latest_executable
+
+    torch.manual_seed(3)
+    model, x = Net().eval(), torch.randn(3, 8)
+    hashed = []
+    original = keys.sha256_each
+    monkeypatch.setattr(keys, "sha256_each",
+                        lambda buffers, workers: hashed.extend(buffers) or
+                        original(buffers, workers))
+    with torch.no_grad():
+        compiled = ember.compile(model, (x,), config=CPU)
+        compiled(x)
+    assert hashed == []  # the weight and the bias: known from the fingerprint
+    with torch.no_grad():
+        graph = export_module.import_program(export_module.capture_program(model, (x,))[0])
+    expected = keys.cache_key(graph, signature(graph), resolve(CPU))
+    assert len(hashed) == 2  # outside a compile, hashed from their bytes
+    assert _latest_executable(compiled).cache_key == expected
+
+
+def test_a_tensor_changed_after_its_digest_is_hashed_again() -> None:
+    from ember.frontends.torch.context import to_numpy
+    from ember.util.keys import digests_known, known_digest, remember_digest
+
+    weight = torch.randn(4, 4)
+    with digests_known():
+        remember_digest(weight, (weight._version, b"digest"))
+        assert known_digest(to_numpy(weight)) == b"digest"
+        weight.add_(1.0)  # a new version: its old digest is not taken
+        assert known_digest(to_numpy(weight)) is None
+    assert known_digest(weight) is None  # (only inside the scope)
