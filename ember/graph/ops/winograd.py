@@ -87,9 +87,9 @@ def transform(tile: int) -> Transform:
 
 def winograd_weights(w: np.ndarray, tile: int = 2) -> np.ndarray:
     """3x3 filters w [M, C, 3, 3] transformed, U[a] = (G w G^T) at point a: [P', M, C]."""
-    g = transform(tile).filter
-    u = np.einsum("ik,mckl,jl->ijmc", g, w.astype(np.float64), g)
-    return np.ascontiguousarray(u.reshape(transform(tile).points, *w.shape[:2]).astype(w.dtype))
+    f = transform(tile)
+    u = np.einsum("ik,mckl,jl->ijmc", f.filter, w.astype(np.float64), f.filter)
+    return np.ascontiguousarray(u.reshape(f.points, *w.shape[:2]).astype(w.dtype))
 
 
 def _input_infer(types, attrs):

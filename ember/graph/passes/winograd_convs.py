@@ -84,13 +84,8 @@ def winograd_pitch(tiles: int, channels: tuple[int, ...], points: int = 16) -> i
         return max(max(Counter((a * pitch * c * 4 // 64) % 64 for a in range(points)).values())
                    for c in channels)
 
-    best = tiles
-    for pitch in range(tiles, tiles + 16):
-        if crowding(pitch) <= 4:
-            return pitch
-        if crowding(pitch) < crowding(best):
-            best = pitch
-    return best
+    # The first pitch with at most 4 to a set, else the first of the least crowded.
+    return min(range(tiles, tiles + 16), key=lambda pitch: (max(crowding(pitch), 4), pitch))
 
 
 @winograd_rewrites.on("conv")

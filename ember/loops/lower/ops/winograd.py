@@ -97,15 +97,11 @@ def winograd_input(ctx: LowerContext) -> list[Stmt]:
         load_d, loaded = _lane_values(ctx, [ctx.load(0, [n, c, th * f.tile + row,
                                                          tw * f.tile + j])
                                             for row in read for j in range(f.side)])
-
-        def d(row: int, column: int) -> Expr:
-            return loaded[read.index(row) * f.side + column] if row in read else Const(0.0, F32)
-
         t = (n * th_n + th) * tw_n + tw
         stmts = list(load_d)
         for i in rows_of_t:
-            load_r, r = _lane_values(ctx, [_combine(f.input_t[i], [d(row, j) for row in
-                                                                    range(f.side)])
+            coefficients = [f.input_t[i][row] for row in read]
+            load_r, r = _lane_values(ctx, [_combine(coefficients, loaded[j::f.side])
                                            for j in range(f.side)])
             stmts += [*load_r, *[Store(out.name, (Const(f.side * i + j), c, t), point)
                                  for j, point in enumerate(_apply(f.input_t, r))]]
