@@ -283,7 +283,7 @@ def _fma_facts(triple: str, cpu: str, features: set[str], bits: int, registers: 
     from ember.util.files import cache_dir, write_atomically
 
     chains = probe_chains(registers)
-    key = [triple, cpu, bits, sorted(features), chains, "latency"]
+    key = [triple, cpu, bits, sorted(features), chains, "register adds"]
     path = cache_dir() / "host-target.json"
     try:
         saved = json.loads(path.read_text())
@@ -360,8 +360,11 @@ def fma_probe_module(triple: str, bits: int, chains: int):
 
 def _add_chain(module, name: str, depth: int) -> None:
     """Add `i64 name(i64 n)`: n iterations of `depth` integer adds, each waiting for the
-    one before: a cycle each. An empty inline asm between them hides the chain from the
-    optimizer, which would fold it into one add, and costs no instruction."""
+    one before: a cycle each. Each adds a register (n), not a constant: Golden Cove cores
+    (Sapphire Rapids) fold chains of adds of small constants at rename, several a cycle,
+    which made the FMA's latency look 24 cycles there. An empty inline asm between them
+    hides the chain from the optimizer, which would fold it into one add, and costs no
+    instruction."""
     from llvmlite import ir
 
     i64 = ir.IntType(64)
@@ -376,7 +379,7 @@ def _add_chain(module, name: str, depth: int) -> None:
     barrier = ir.InlineAsm(ir.FunctionType(i64, [i64]), "", "=r,0", side_effect=False)
     x = value
     for _ in range(depth):
-        x = b.call(barrier, [b.add(x, ir.Constant(i64, 1))])
+        x = b.call(barrier, [b.add(x, fn.args[0])])
     value.add_incoming(x, loop)
     step = b.add(count, ir.Constant(i64, 1))
     count.add_incoming(step, loop)

@@ -548,7 +548,7 @@ def test_columns_that_are_not_contiguous_along_k_keep_the_blocked_tile() -> None
     check_compiled((30, 64), (64, 3))
 
 
-@pytest.mark.parametrize("m, k, n, in_place", [(32, 128, 128, True), (12, 128, 96, True),
+@pytest.mark.parametrize("m, k, n, in_place", [(32, 64, 128, True), (12, 128, 96, True),
                                                (40, 256, 1024, False), (200, 64, 64, False)])
 def test_a_small_row_major_b_is_read_in_place_by_few_tiles(m, k, n, in_place) -> None:
     """A B of at most B_IN_PLACE_WHOLE_BYTES read by at most B_IN_PLACE_TILES row tiles
