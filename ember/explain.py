@@ -37,6 +37,7 @@ import numpy as np
 from ember.errors import EmberError
 from ember.graph.bind import bind_shapes
 from ember.graph.symbolic import evaluate, parse_dim
+from ember.loops.ir import STATUS_DTYPE
 from ember.runtime.executable import scratch_arrays
 
 
@@ -297,6 +298,9 @@ def _time_steps(executable: Any, steps: list, budget: float, table: list[dict]
     inputs, outputs = _scratch_io(executable)
     executable(*inputs, out=outputs)
     address = executable.buffer_addresses(inputs, outputs)
+    # The word the checking kernels write (the entry keeps its own on its stack).
+    status = np.zeros((), STATUS_DTYPE.np)
+    address |= dict.fromkeys(executable.notes.get("status", ()), status.ctypes.data)
     sizes = {k["name"]: k.get("size_values", []) for k in table}
     calls = [(name, _kernel_call(executable, name, [ctypes.c_void_p(address[a]) for a in args],
                                  sizes.get(name, []))) for name, args in steps]

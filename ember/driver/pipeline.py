@@ -221,6 +221,7 @@ def build(graph: Graph, config: Config) -> Artifact:
     artifact.extra["schedules"] = schedules
     if all(isinstance(step, Call) for step in program.steps):  # straight-line: explain's
         artifact.extra["steps"] = [[s.kernel, list(s.args)] for s in program.steps]
+        artifact.extra["status"] = [b.name for b in program.of_kind("status")]
     last_build.clear()
     last_build.update(artifact.extra)
     return artifact

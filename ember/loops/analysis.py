@@ -456,7 +456,7 @@ def lanes_compute(e: Expr) -> bool:
     return has_vector_code(e) and (isinstance(e, Load) or all(map(lanes_compute, operands(e))))
 
 
-def _reduction(st: Stmt, locals_: set[str], name: str) -> bool:
+def is_reduction(st: Stmt, locals_: set[str], name: str) -> bool:
     """Whether `st` is `%acc[u] = op(%acc[u], x)`, u uniform in lane variable `name`, on a
     local of a type and op with a vector reduction (`REDUCTION_IDENTITY`)."""
     if not isinstance(st, Store) or st.buffer not in locals_ or \
@@ -471,7 +471,7 @@ def _reduction(st: Stmt, locals_: set[str], name: str) -> bool:
 def plan_vector(s: For, locals_: set[str], shapes: Mapping[str, Sequence[int]] | None = None,
                 reductions: bool = False) -> VectorPlan | str:
     """How vectorized loop `s` (in a kernel whose buffers have `shapes`) runs on lanes, or
-    why it cannot. With `reductions`, a local accumulated across the lanes (`_reduction`)
+    why it cannot. With `reductions`, a local accumulated across the lanes (`is_reduction`)
     is reduced horizontally; without, such a body is refused.
 
     The lanes run the body statement by statement, which is the serial loop's meaning when
@@ -487,7 +487,7 @@ def plan_vector(s: For, locals_: set[str], shapes: Mapping[str, Sequence[int]] |
     if not 1 <= width <= MAX_LANES:
         return f"its width {width} is not in [1, {MAX_LANES}]"
     name = s.var.name
-    reduced = {st.buffer for st in s.body if _reduction(st, locals_, name)} \
+    reduced = {st.buffer for st in s.body if is_reduction(st, locals_, name)} \
         if reductions else set()
     # Lane-private temporaries: locals stored at a uniform index at the top of the body.
     lane_locals = {st.buffer for st in s.body if isinstance(st, Store)
@@ -533,7 +533,7 @@ def plan_vector(s: For, locals_: set[str], shapes: Mapping[str, Sequence[int]] |
             return why
         kind = access_kind(st.index, name, shapes.get(st.buffer))
         if st.buffer in reduced:
-            if st not in s.body or not _reduction(st, locals_, name) or \
+            if st not in s.body or not is_reduction(st, locals_, name) or \
                     not varies(st.value.b):
                 return (f"%{st.buffer} is reduced under an if, over lane-uniform values or"
                         " stored otherwise too")

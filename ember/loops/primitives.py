@@ -24,9 +24,11 @@ from dataclasses import dataclass, field, replace
 
 from ember.errors import ParseError, ScheduleError, VerificationError
 from ember.loops.analysis import (
+    REDUCTION_IDENTITY,
     affine_form,
     independent,
     interchange_conflict,
+    is_reduction,
     plan_vector,
     stored_buffers,
     vector_plan_in,
@@ -314,8 +316,12 @@ def vectorize_blocks(kernel: Kernel, loop: str, width: int) -> Kernel:
     least `width`) into blocks of `width` lanes: `for %i.v = 0 to n / width { for %i.l = 0
     to width vectorized { .. } }`, then a vectorized tail `for %i.l = 0 to n % width` (the
     block loop only when there are several blocks, the tail only when there is a rest);
-    `width` is one vector register of the body's widest type. Refused with the reason when
-    the body cannot run on lanes."""
+    `width` is one vector register of the body's widest type. A reduction into a local
+    (`%acc[u] = op(%acc[u], x)`, %acc read nowhere else in the loop) runs on a local of
+    `width` partial results started at the op's identity, one per lane, reduced across
+    the lanes into %acc once after the loop (LLVM's vectorizer leaves float reductions
+    serial: their order is the program's). Refused with the reason when the body cannot
+    run on lanes."""
     s = find_loop(kernel, loop)
     nested = next((t for t in walk_stmts(s.body) if isinstance(t, For)), None)
     if nested is not None:
@@ -334,16 +340,54 @@ def vectorize_blocks(kernel: Kernel, loop: str, width: int) -> Kernel:
     block, lane = f"{loop}.v", f"{loop}.l"
     while block in names or lane in names:
         block, lane = block + "_", lane + "_"
+    s, partials, combine = _private_reductions(kernel, s, width, lane)
     main = _lanes(s, lane, Var(block) * width + start if blocks > 1 else Const(start), width)
-    plan = plan_vector(main, {b.name for b in kernel.locals},
-                       {b.name: b.shape for b in (*kernel.params, *kernel.locals)})
+    plan = plan_vector(main, {b.name for b in (*kernel.locals, *partials)},
+                       {b.name: b.shape for b in (*kernel.params, *kernel.locals, *partials)})
     if isinstance(plan, str):
         raise ScheduleError(f"cannot vectorize %{loop} in blocks: {plan}")
     nest: list[Stmt] = [For(Var(block), Const(0), Const(blocks), [main])] \
         if blocks > 1 else [main]
     if rest:
         nest.append(_lanes(s, lane, Const(start + blocks * width), rest))
-    return _rewrite(kernel, {id(s): nest})
+    starts = [For(Var(lane), Const(0), Const(width), [Store(
+        b.name, (Var(lane),), Const(REDUCTION_IDENTITY[op, b.dtype], b.dtype))],
+        kind="vectorized")
+        for b, op in partials.items()]
+    return _rewrite(kernel, {id(find_loop(kernel, loop)): [*starts, *nest, *combine]},
+                    tuple(partials))
+
+
+def _private_reductions(kernel: Kernel, s: For, width: int, lane: str
+                        ) -> tuple[For, dict[Buffer, str], list[Stmt]]:
+    """Loop `s` with each reduction into a local (`%acc[u] = op(%acc[u], x)`, the local read
+    nowhere else in it) accumulating into a new local of `width` lanes instead, at the
+    loop's lane; the new locals with their ops; and the loops that reduce each into its
+    %acc after the loop, across the lanes."""
+    locals_ = {b.name: b for b in kernel.locals}
+    name = s.var.name
+    reading = [x.buffer for t in walk_stmts(s.body) for e in stmt_exprs(t)
+               for x in walk_expr(e) if isinstance(x, Load)]
+    partials: dict[Buffer, str] = {}
+    combine: list[Stmt] = []
+    body: list[Stmt] = []
+    for t in s.body:
+        if not (is_reduction(t, set(locals_), name) and reading.count(t.buffer) == 1
+                and sum(isinstance(u, Store) and u.buffer == t.buffer
+                        for u in walk_stmts(s.body)) == 1):
+            body.append(t)
+            continue
+        op, acc = t.value.op, locals_[t.buffer]
+        partial = Buffer(_fresh(replace(kernel, locals=[*kernel.locals, *partials]),
+                                f"{acc.name}.lanes"), acc.dtype, (width,))
+        partials[partial] = op
+        mine = Load(partial.name, (Var(lane),), acc.dtype)
+        # (Indexed by the lane itself, which `_lanes` leaves as it is.)
+        body.append(Store(partial.name, (Var(lane),), Binary(op, mine, t.value.b)))
+        combine.append(For(Var(lane), Const(0), Const(width), [Store(
+            t.buffer, t.index, Binary(op, Load(t.buffer, t.index, acc.dtype), mine))],
+            kind="vectorized"))
+    return replace(s, body=body), partials, combine
 
 
 def _lanes(loop: For, lane: str, first: Expr, count: int) -> For:

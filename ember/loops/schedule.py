@@ -398,9 +398,6 @@ def _vectorize_inner_loops(scheduling: _Scheduling, target: Target) -> None:
                 for x in loads):
             chosen.append((loop.var.name, width))
     for name, width in chosen:
-        # Reductions are refused: LLVM's vectorizer keeps a reduction's partial sums in
-        # vectors across the whole loop, where blocks of lanes would each end in a
-        # horizontal one.
         try:
             scheduling.apply("vectorize_blocks", name, width)
         except ScheduleError:

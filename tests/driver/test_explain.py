@@ -112,3 +112,16 @@ def test_kernels_are_timed_in_their_places_on_the_programs_buffers(monkeypatch) 
     branchy(np.array(True), np.ones(8, np.float32))
     assert "steps" not in branchy.run.notes
     assert ember.explain(branchy, budget_seconds=0.01).timing == "alone"
+
+
+def test_kernels_that_check_their_indices_are_timed_in_sequence() -> None:
+    """A gather's kernel writes the status word of its index check: timed in its place,
+    given a word of its own (the entry keeps the real one on its stack)."""
+    b = ember.Builder("lookup")
+    ids = b.input("ids", "i64", (6,))
+    b.output(b.relu(b.gather(b.constant(np.ones((50, 16), np.float32)), ids, axis=0)))
+    compiled = ember.compile(b.build(), config=ember.Config(executor="cpu", disk_cache=False))
+    compiled(np.arange(6))
+    assert compiled.run.notes["status"]
+    report = ember.explain(compiled, budget_seconds=0.01)
+    assert report.timing == "in sequence" and all(k.seconds > 0 for k in report.kernels)

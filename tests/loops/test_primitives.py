@@ -317,6 +317,41 @@ def test_vectorize_blocks_strip_mines_into_vectors_and_a_tail() -> None:
     assert "for %j.v = 0 to 4 {" in text and "add(%j.l, mul(%j.v, 8))" in text
 
 
+ROW_SUMS = """kernel @row_sums(%x: f32[3,20], %y: f32[3], %z: f32[3]) {
+  local %sum: f32[]
+  local %most: f32[]
+  for %i = 0 to 3 {
+    %sum[] = 0.0:f32
+    %most[] = -inf:f32
+    for %j = 0 to 20 {
+      %sum[] = add(%sum[], %x[%i, %j])
+      %most[] = max(%most[], %x[%i, %j])
+    }
+    %y[%i] = %sum[]
+    %z[%i] = %most[]
+  }
+}
+"""
+
+
+def test_vectorize_blocks_reduces_into_a_vector_of_partial_results() -> None:
+    """A reduction into a local runs on lanes of partial results (started at the op's
+    identity, blocks and tail alike), reduced across the lanes once after the loop."""
+    kernel = parse_kernel(ROW_SUMS)
+    whole = np.arange(60, dtype=np.float32).reshape(3, 20) % 7 - 3  # (sums exact in f32)
+    text = check(kernel, vectorize_blocks(kernel, "j", 8), [whole, np.zeros(3, np.float32),
+                                                             np.zeros(3, np.float32)])
+    assert "local %sum.lanes: f32[8]" in text and "local %most.lanes: f32[8]" in text
+    assert "%sum.lanes[%j.l] = -0.0:f32" in text and "%most.lanes[%j.l] = -inf:f32" in text
+    assert "for %j.v = 0 to 2 {" in text and "for %j.l = 0 to 4 vectorized {" in text
+    assert "%sum[] = add(%sum[], %sum.lanes[%j.l])" in text
+    # A body that reads the accumulator elsewhere (a running sum) stays serial.
+    running = parse_kernel(ROW_SUMS.replace("%most[] = max(%most[], %x[%i, %j])",
+                                            "%most[] = max(%most[], %sum[])"))
+    with pytest.raises(ScheduleError, match="cannot vectorize %j in blocks"):
+        vectorize_blocks(running, "j", 8)
+
+
 def test_vectorize_blocks_refusals() -> None:
     kernel = parse_kernel(SCALE)
     with pytest.raises(ScheduleError, match="%i in blocks: it is not innermost"):
