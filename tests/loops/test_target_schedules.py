@@ -224,12 +224,12 @@ PRESET_TILES = {
     # (16 - 2) // 2 = 7 fit, and 4 is the power of two below: 32 columns.
     "znver3": ((6, 16), (6, 16), 32),
     # 16 lanes, 32 registers, 1 FMA x 4: 2 vectors (16 loads per 28 cycles), (32 - 3) // 2
-    # = 14 rows; conv: 16 columns = 1 vector, 30 rows cut to 8; matvec: 256 bytes =
-    # 4 vectors.
-    "znver4": ((14, 32), (8, 16), 64),
+    # = 14 rows; conv: 16 columns are 1 vector, so 2 vectors, 14 rows cut to 8; matvec:
+    # 256 bytes = 4 vectors.
+    "znver4": ((14, 32), (8, 32), 64),
     # 16 lanes, 32 registers, 2 FMA x 4: 2 vectors would ask 16 loads per 14 cycles, 4
     # vectors of (32 - 5) // 4 = 6 rows ask 10 per 12; conv and matvec as znver4.
-    "sapphirerapids": ((6, 64), (8, 16), 64),
+    "sapphirerapids": ((6, 64), (8, 32), 64),
     # 4 lanes, 32 registers, 2 FMA x 4: 4 vectors of 6 rows, as sapphirerapids; conv:
     # 16 columns = 4 vectors, (32 - 4 - 1) // 4 = 6 rows (24 + 4 + 1 = 29 registers);
     # matvec: 256 bytes = 16 vectors, (32 - 2) // 2 = 15 fit, 8 of them: 32 columns.

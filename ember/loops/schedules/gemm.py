@@ -432,11 +432,14 @@ def _rows_per_l1_set(target: Target, pitch: int, rows: int) -> int:
 
 def conv_tile(target: Target) -> tuple[int, int]:
     """(mr, nr) of an implicit-GEMM convolution's micro-kernel on `target`: CONV_COLUMNS
-    output positions across (wider tiles leave fewer panels inside an output row) and as
-    many output channels as the registers hold, up to MAX_CONV_TILE_ROWS (A is the filter
-    read in place: a stream per row)."""
+    output positions across, and at least two vectors (wider tiles leave fewer panels
+    inside an output row), and as many output channels as the registers hold, up to
+    MAX_CONV_TILE_ROWS (A is the filter read in place: a stream per row). With one vector
+    across, each broadcast of A feeds one FMA: AVX-512's 8 x 16 tile asked 9 loads per 8
+    FMAs, and 8 x 32 ran RegNet's and ResNet-50's implicit-GEMM convs 1.2x faster on
+    Sapphire Rapids (docs/benchmarks.md, stop 45)."""
     lanes = target.lanes(F32)
-    vectors = max(1, CONV_COLUMNS // lanes)
+    vectors = max(2, CONV_COLUMNS // lanes)
     rows = (target.vector_registers - vectors - 1) // vectors
     return max(1, min(rows, MAX_CONV_TILE_ROWS)), vectors * lanes
 
