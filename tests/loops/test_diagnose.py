@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from ember.explain import KernelInfo, Report
 from ember.loops.diagnose import slowness_notes
 from ember.loops.text import parse_kernel
@@ -86,8 +88,9 @@ def _limits(threads: int) -> MachineLimits:
     return MachineLimits("test", threads, peak_gflops_one_thread=100.0, bandwidth_gbs=10.0)
 
 
-def _kernel(name: str, seconds: float, bound: float, notes=()) -> KernelInfo:
-    return KernelInfo(name, ["op"], "op", 1000, 0, "", seconds, bound, tuple(notes))
+def _kernel(name: str, seconds: float, bound: float, notes=(), op: str = "") -> KernelInfo:
+    """A kernel of one graph op, `op` (default: its name: kernels differ but for twins)."""
+    return KernelInfo(name, [op or name], "op", 1000, 0, "", seconds, bound, tuple(notes))
 
 
 def test_explain_flags_slow_kernels_that_take_time() -> None:
@@ -98,6 +101,21 @@ def test_explain_flags_slow_kernels_that_take_time() -> None:
     [flag] = report.flags
     assert flag.kernel.name == "slow" and flag.reasons == ("scalar: why",)
     assert "flagged: 1 kernels" in str(report) and "    - scalar: why" in str(report)
+
+
+def test_kernels_alike_are_flagged_together() -> None:
+    """A model's layers make kernels alike (the same ops, schedule and sizes): twelve of
+    1% each below their roofline are flagged as one, with their share summed; kernels
+    that differ in size are not summed."""
+    layers = [_kernel(f"softmax{i}", 0.01, 0.0005, ["scalar: why"], "softmax")
+              for i in range(12)]
+    other = KernelInfo("other", ["softmax"], "op", 2000, 0, "", 0.01, 0.0005)
+    report = Report([_kernel("gemm", 0.87, 0.7), *layers, other], {}, _limits(2), 1.0,
+                    "in sequence")
+    [flag] = report.flags
+    assert flag.kernel.name.startswith("softmax") and flag.twins == 11
+    assert flag.share == pytest.approx(0.12) and flag.reasons == ("scalar: why",)
+    assert "and 11 like it: 12.0% of the time" in str(report)
 
 
 def test_small_kernels_and_one_thread_notes_on_one_thread_machines() -> None:
