@@ -14,7 +14,7 @@ from ember.graph.ir import Graph
 from ember.graph.text import print_graph
 from ember.runtime.cache import FORMAT
 from ember.target import usable_cores
-from ember.util.keys import code_version, jsonable, known_digest, sha256_each
+from ember.util.keys import code_version, digest_each, jsonable, known_digest
 
 
 def graph_fingerprint(graph: Graph) -> str:
@@ -26,7 +26,7 @@ def graph_fingerprint(graph: Graph) -> str:
     digests = [known_digest(data) for data in graph.constants.values()]
     arrays = [np.ascontiguousarray(data) for data in graph.constants.values()]
     missing = [i for i, digest in enumerate(digests) if digest is None]
-    for i, digest in zip(missing, sha256_each([arrays[i].reshape(-1).view(np.uint8).data
+    for i, digest in zip(missing, digest_each([arrays[i].reshape(-1).view(np.uint8).data
                                                for i in missing], usable_cores())):
         digests[i] = digest
     for name, data, digest in zip(graph.constants, arrays, digests):

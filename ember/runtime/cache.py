@@ -41,7 +41,7 @@ from ember.runtime.executable import Artifact, Interface
 from ember.runtime.memory_plan import MemoryPlan, align
 from ember.target import usable_cores
 from ember.util.files import cache_dir
-from ember.util.keys import crc32_chunks
+from ember.util.keys import bytes_check
 
 log = logging.getLogger("ember.cache")
 
@@ -59,7 +59,7 @@ def _sha(data: Any) -> str:
 
 
 def _constants_check(blob: np.ndarray, workers: int) -> str:
-    return crc32_chunks(blob, workers)
+    return bytes_check(blob, workers)
 
 
 def _mapped(path: Path, size: int) -> np.ndarray:

@@ -280,22 +280,24 @@ def test_second_process_skips_lowering_and_llvm(tmp_path) -> None:
 
 
 def test_large_buffers_are_hashed_and_checked_on_threads_as_in_line() -> None:
-    """sha256_each (a module's weights for its fingerprint) and crc32_chunks (an entry's
-    constants) give on threads what they give in line, and a flipped byte in any chunk
-    or a cut-short buffer changes the check."""
-    import hashlib
+    """digest_each (a module's weights for its fingerprint) and bytes_check (an entry's
+    constants) give on threads what they give in line, BLAKE3's digests of the bytes of
+    any dtype, and a flipped byte anywhere or a cut-short buffer changes the check."""
+    from blake3 import blake3
 
-    from ember.util.keys import crc32_chunks, sha256_each
+    from ember.util.keys import bytes_check, digest_each
 
     rng = np.random.default_rng(0)
     buffers = [rng.bytes(n) for n in (0, 10, 3 << 20, 5 << 20)]
-    expected = [hashlib.sha256(b).digest() for b in buffers]
-    assert sha256_each(buffers, 1) == sha256_each(buffers, 4) == expected
+    expected = [blake3(b).digest() for b in buffers]
+    assert digest_each(buffers, 1) == digest_each(buffers, 4) == expected
+    floats = rng.standard_normal(1 << 19).astype(np.float32)
+    assert digest_each([floats], 2) == [blake3(floats.tobytes()).digest()]
     blob = np.frombuffer(rng.bytes((40 << 20) + 3), np.uint8).copy()
-    check = crc32_chunks(blob, 4)
-    assert check == crc32_chunks(blob, 1) and check.count(",") == 2  # three chunks
+    check = bytes_check(blob, 4)
+    assert check == bytes_check(blob, 1) and check.startswith("blake3:")
     for position in (0, (20 << 20) + 1, blob.size - 1):
         blob[position] ^= 1
-        assert crc32_chunks(blob, 4) != check
+        assert bytes_check(blob, 4) != check
         blob[position] ^= 1
-    assert crc32_chunks(blob[:-1], 4) != check
+    assert bytes_check(blob[:-1], 4) != check

@@ -45,7 +45,7 @@ import numpy as np
 from ember.runtime.cache import cache_dir
 from ember.target import usable_cores
 from ember.util.files import write_atomically
-from ember.util.keys import code_version, jsonable, remember_digest, sha256_each
+from ember.util.keys import code_version, digest_each, jsonable, remember_digest
 
 _SIMPLE = (bool, int, float, str, type(None))
 
@@ -75,7 +75,7 @@ def module_fingerprint(module: Any, signature: tuple, config: Any) -> str | None
         h.update(attributes.encode())
     tensors = [*module.named_parameters(), *module.named_buffers()]
     data = [_tensor_bytes(tensor) for _, tensor in tensors]
-    for (name, tensor), digest in zip(tensors, sha256_each(data, usable_cores())):
+    for (name, tensor), digest in zip(tensors, digest_each(data, usable_cores())):
         h.update(f"\n@{name} {tensor.dtype} {tuple(tensor.shape)}\n".encode())
         h.update(digest)
         # (The import's copy of this tensor has these bytes, unless it changes first.)
