@@ -21,6 +21,7 @@ from ember.loops.lower import lower_graph
 from ember.loops.primitives import PRIMITIVES
 from ember.loops.schedules import attention as att
 from ember.loops.schedules.gemm import register_tile
+from ember.loops.text import print_kernel
 from ember.target import Target
 
 HOST = Target.host()
@@ -166,3 +167,19 @@ def test_keys_not_a_whole_number_of_tiles_get_constant_counts_and_threads(keys) 
     assert not [s for s in walk_stmts(scheduled.body) if isinstance(s, For) and
                 s.kind == "vectorized" and not isinstance(s.stop, Const)]
     assert "parallel" in ember.explain(compiled, measure=False).kernels[0].schedule
+
+
+def test_weights_below_the_smallest_normal_float_are_zero() -> None:
+    """A mask of -100 (Swin's shifted windows) makes weights of exp(-100): denormals,
+    each product a microcode assist on Intel cores. The scheduled softmax makes them 0,
+    which no sum of the row can show: the values are the interpreter's."""
+    graph = attention_graph(b=2, rows=7, dim=8, keys=49, width=16, mask=True)
+    arrays = inputs(graph)
+    arrays[3] = np.where(RNG.random(arrays[3].shape) < 0.5, -100.0, 0).astype(np.float32)
+    got, = ember.compile(graph, config=ember.Config(executor="cpu", disk_cache=False))(*arrays)
+    np.testing.assert_allclose(got, ember.interpret(graph, arrays)[0], rtol=1e-5, atol=1e-6)
+    kernel = plain_kernel(graph)
+    (loop, nest), = att.nests(kernel)
+    scheduled = att.attention(kernel, loop, *att.step_arguments(
+        nest, att.default_parameters(nest, HOST), HOST))
+    assert print_kernel(scheduled).count("-87.33654") == 2  # the weights and corrections
