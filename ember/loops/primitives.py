@@ -340,6 +340,7 @@ def vectorize_blocks(kernel: Kernel, loop: str, width: int) -> Kernel:
     block, lane = f"{loop}.v", f"{loop}.l"
     while block in names or lane in names:
         block, lane = block + "_", lane + "_"
+    original = s
     s, partials, combine = _private_reductions(kernel, s, width, lane)
     main = _lanes(s, lane, Var(block) * width + start if blocks > 1 else Const(start), width)
     plan = plan_vector(main, {b.name for b in (*kernel.locals, *partials)},
@@ -354,8 +355,7 @@ def vectorize_blocks(kernel: Kernel, loop: str, width: int) -> Kernel:
         b.name, (Var(lane),), Const(REDUCTION_IDENTITY[op, b.dtype], b.dtype))],
         kind="vectorized")
         for b, op in partials.items()]
-    return _rewrite(kernel, {id(find_loop(kernel, loop)): [*starts, *nest, *combine]},
-                    tuple(partials))
+    return _rewrite(kernel, {id(original): [*starts, *nest, *combine]}, tuple(partials))
 
 
 def _private_reductions(kernel: Kernel, s: For, width: int, lane: str
