@@ -58,10 +58,6 @@ def _sha(data: Any) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _constants_check(blob: np.ndarray, workers: int) -> str:
-    return bytes_check(blob, workers)
-
-
 def _mapped(path: Path, size: int) -> np.ndarray:
     """The bytes of the file at `path` (`size` of them, else CorruptEntry), mapped rather
     than read: no copy (a copy of a large model's weights cost more than reading them), the
@@ -146,7 +142,7 @@ class DiskCache:
             _verify(objects[-1], body["files"][name], name)
         size = body["files"][CONSTANTS][0]
         blob = _mapped(path / CONSTANTS, size)
-        if [size, _constants_check(blob, usable_cores())] != body["files"][CONSTANTS]:
+        if [size, bytes_check(blob, usable_cores())] != body["files"][CONSTANTS]:
             raise CorruptEntry(f"{CONSTANTS} fails its check")
         constants = {}
         for name, dtype, shape, offset, nbytes in body["constants"]:
@@ -205,7 +201,7 @@ class DiskCache:
             f.write(bytes(size - f.tell()))
         # On this thread alone: a background write leaves the other cores to the program,
         # and an interpreter that is exiting (it waits for the write) takes no new pools.
-        files = {CONSTANTS: [size, _constants_check(_mapped(folder / CONSTANTS, size), 1)]}
+        files = {CONSTANTS: [size, bytes_check(_mapped(folder / CONSTANTS, size), 1)]}
         for i, data in enumerate(artifact.objects):
             _write_file(folder / code_file(i), data)
             files[code_file(i)] = [len(data), _sha(data)]
