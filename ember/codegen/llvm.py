@@ -47,6 +47,7 @@ from ember.codegen.scalar import (
     PTR,
     cast,
     constant,
+    declare,
     from_storage,
     reserved_symbols,
     storage_type,
@@ -75,6 +76,7 @@ from ember.loops.ir import (
     If,
     Kernel,
     Load,
+    Prefetch,
     Program,
     ProgramIf,
     ProgramLoop,
@@ -255,6 +257,14 @@ class KernelEmitter:
             value.flags.extend(f for f in ("reassoc", "contract") if f not in value.flags)
         store_scalar(self.b, value, ptr, buf.dtype)
 
+    def prefetch(self, s: Prefetch) -> None:
+        """`llvm.prefetch` for reading, into L2 and closer (x86: prefetcht1): the lines a
+        schedule prefetches are read a while later, not next."""
+        ptr, _ = self.element_ptr(s.buffer, s.index)
+        args = [ptr, *(ir.Constant(I32, x) for x in (0, 2, 1))]  # read, L2, data cache
+        self.b.call(declare(self.b, "llvm.prefetch.p0", ir.VoidType(), [a.type for a in args]),
+                    args)
+
     def _accumulates(self, s: Store) -> bool:
         """Whether `s` is `%acc[] = op(%acc[], term)` on a scalar local."""
         value = s.value
@@ -323,7 +333,7 @@ class KernelEmitter:
     def if_(self, s: If) -> None:
         emit_if(self.b, self.condition(s.cond), s, self.stmts)
 
-    STMT = {Store: store, For: for_, If: if_}
+    STMT = {Store: store, For: for_, If: if_, Prefetch: prefetch}
 
     # -- expressions
     def expr(self, e: Expr) -> ir.Value:

@@ -44,6 +44,7 @@ from ember.loops.ir import (
     Call,
     For,
     Kernel,
+    Prefetch,
     Program,
     ProgramIf,
     ProgramLoop,
@@ -175,6 +176,11 @@ class GpuKernelEmitter(KernelEmitter):
 
     def loop(self, s: For, start: ir.Value, stop: ir.Value) -> None:
         self.serial_loop(s, start, stop)  # (no streaming stores: a CPU's cache bypass)
+
+    def prefetch(self, s: Prefetch) -> None:
+        """Nothing: a CPU schedule's hint (NVPTX has no `llvm.prefetch`)."""
+
+    STMT = {**KernelEmitter.STMT, Prefetch: prefetch}
 
     def threads(self, s: For) -> None:
         """Iteration ctaid.x * ntid.x + tid.x (from the loop's start) in each thread, if the

@@ -36,6 +36,7 @@ from ember.loops.ir import (
     For,
     If,
     Load,
+    Prefetch,
     Stmt,
     Store,
     Var,
@@ -82,6 +83,9 @@ def _uses(stmts: list[Stmt]) -> tuple[set[str], set[str]]:
         elif isinstance(s, Store):
             buffers.add(s.buffer)
             exprs += [*s.index, s.value]
+        elif isinstance(s, Prefetch):
+            buffers.add(s.buffer)
+            exprs += s.index
         elif isinstance(s, If):
             exprs.append(s.cond)
     for e in exprs:

@@ -145,12 +145,19 @@ def flatten_index(index: Sequence[Expr], shape: Sequence[int]) -> list[Expr]:
 
 def flatten_dims(index: Sequence[Expr], shape: Sequence[int]) -> tuple[list[Expr], list[int]]:
     """`flatten_index`, with the extents of the merged dimensions."""
-    dims = list(zip(index, shape))
+    index, extents, _ = merged_dims(index, shape)
+    return index, extents
+
+
+def merged_dims(index: Sequence[Expr], shape: Sequence[int]) \
+        -> tuple[list[Expr], list[int], list[int]]:
+    """`flatten_dims`, with how many of `index`'s dimensions each merged one stands for."""
+    dims = [(i, extent, 1) for i, extent in zip(index, shape)]
     merged = True
     while merged:
         merged = False
         for d in range(len(dims) - 1):
-            (high, high_extent), (low, low_extent) = dims[d], dims[d + 1]
+            (high, high_extent, high_count), (low, low_extent, low_count) = dims[d], dims[d + 1]
             if not (isinstance(low, Binary) and low.op == "mod" and low.b == as_expr(low_extent)):
                 continue
             e = low.a
@@ -161,10 +168,11 @@ def flatten_dims(index: Sequence[Expr], shape: Sequence[int]) -> tuple[list[Expr
                 one = Binary("mod", e, as_expr(int(high.b.value) * low_extent))
             else:
                 continue
-            dims[d:d + 2] = [(one, high_extent * low_extent)]
+            dims[d:d + 2] = [(one, high_extent * low_extent, high_count + low_count)]
             merged = True
             break
-    return [i for i, _ in dims], [extent for _, extent in dims]
+    return [i for i, _, _ in dims], [extent for _, extent, _ in dims], \
+        [count for _, _, count in dims]
 
 
 _NOTHING = Const(0)

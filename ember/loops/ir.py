@@ -286,6 +286,17 @@ class Store(Stmt):
 
 
 @dataclass(slots=True)
+class Prefetch(Stmt):
+    """A hint to bring the cache line that holds buffer[index] closer before it is read (a
+    packed weight panel that the next tiles of a matmul read from memory): no effect on
+    any value. LLVM's `llvm.prefetch` on the CPU; nothing where there is none. The index
+    must be in bounds, as a load's."""
+
+    buffer: str
+    index: tuple[Expr, ...]
+
+
+@dataclass(slots=True)
 class If(Stmt):
     cond: Expr
     then: list[Stmt]
@@ -395,16 +406,21 @@ def operands(e: Expr) -> list[Expr]:
     return []
 
 
-def map_expr(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
-    """`e` rebuilt bottom-up with each node x replaced by fn(x) where that is not None."""
+def map_expr(e: Expr, fn: Callable[[Expr], Expr | None],
+             whole: Callable[[Expr], Expr | None] | None = None) -> Expr:
+    """`e` rebuilt bottom-up with each node x replaced by fn(x) where that is not None;
+    first, top-down, a node that whole(x) maps (when given, and not None) is replaced by
+    that, its subtree unvisited."""
+    if whole is not None and (new := whole(e)) is not None:
+        return new
     if isinstance(e, Load):
-        e = Load(e.buffer, tuple(map_expr(i, fn) for i in e.index), e.dtype)
+        e = Load(e.buffer, tuple(map_expr(i, fn, whole) for i in e.index), e.dtype)
     elif isinstance(e, (Unary, Binary)):
-        e = type(e)(e.op, *(map_expr(x, fn) for x in operands(e)))
+        e = type(e)(e.op, *(map_expr(x, fn, whole) for x in operands(e)))
     elif isinstance(e, (Cast, Bitcast)):
-        e = type(e)(e.dtype, map_expr(e.a, fn))
+        e = type(e)(e.dtype, map_expr(e.a, fn, whole))
     elif isinstance(e, (Select, Fma)):
-        e = type(e)(*(map_expr(x, fn) for x in operands(e)))
+        e = type(e)(*(map_expr(x, fn, whole) for x in operands(e)))
     new = fn(e)
     return e if new is None else new
 
@@ -428,6 +444,8 @@ def stmt_exprs(s: Stmt) -> list[Expr]:
         return [s.start, s.stop]
     if isinstance(s, Store):
         return [*s.index, s.value]
+    if isinstance(s, Prefetch):
+        return list(s.index)
     return [s.cond] if isinstance(s, If) else []
 
 

@@ -43,6 +43,7 @@ from ember.loops.ir import (
     If,
     Kernel,
     Load,
+    Prefetch,
     Select,
     Stmt,
     Store,
@@ -126,6 +127,8 @@ def _map_exprs(stmts: list[Stmt], fn: Callable[[Expr], Expr]) -> list[Stmt]:
             out.append(replace(s, start=fn(s.start), stop=fn(s.stop), body=_map_exprs(s.body, fn)))
         elif isinstance(s, Store):
             out.append(Store(s.buffer, tuple(map(fn, s.index)), fn(s.value)))
+        elif isinstance(s, Prefetch):
+            out.append(Prefetch(s.buffer, tuple(map(fn, s.index))))
         elif isinstance(s, If):
             out.append(If(fn(s.cond), _map_exprs(s.then, fn), _map_exprs(s.orelse, fn)))
     return out

@@ -22,6 +22,7 @@ constant trip count, and a plain load instead of a select.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from ember.dtypes import DType
@@ -34,6 +35,8 @@ from ember.loops.ir import (
     For,
     If,
     Kernel,
+    Load,
+    Prefetch,
     Select,
     Stmt,
     Store,
@@ -163,16 +166,23 @@ def _common_factor(op: str, terms: list, d: int, ranges: Ranges) -> Expr | None:
     return None
 
 
-def simplify_index(e: Expr, ranges: Ranges) -> Expr:
+def simplify_index(e: Expr, ranges: Ranges, shapes: Mapping[str, tuple] | None = None) -> Expr:
     """`e` with floordiv and mod by positive constants removed where `ranges` allow; each
     min or max whose operands' ranges decide it replaced by the operand it picks (a
     tile's `min(rows left, mr)` where every tile is whole), and each comparison they
-    decide by its value, with the selects and logic that it decides."""
+    decide by its value, with the selects and logic that it decides. The loads of buffers
+    whose `shapes` are given are simplified as accesses (`simplify_access`)."""
     from ember.loops.ir import map_expr, walk_expr
     from ember.loops.verify import interval
 
     if not any(_decidable(x) for x in walk_expr(e)):
         return e  # nothing the ranges could decide: skip rebuilding the tree
+
+    def access(x: Expr) -> Expr | None:
+        if isinstance(x, Load) and shapes is not None and x.buffer in shapes:
+            index = tuple(simplify_index(i, ranges, shapes) if _loads(i) else i for i in x.index)
+            return Load(x.buffer, simplify_access(index, shapes[x.buffer], ranges), x.dtype)
+        return None
 
     def node(x: Expr) -> Expr | None:
         if isinstance(x, Select):
@@ -200,7 +210,60 @@ def simplify_index(e: Expr, ranges: Ranges) -> Expr:
                     return smaller if x.op == "min" else larger
         return None
 
-    return map_expr(e, node)
+    return map_expr(e, node, access)
+
+
+def simplify_access(index: Sequence[Expr], shape: Sequence, ranges: Ranges) -> tuple[Expr, ...]:
+    """An index into a buffer of `shape`, simplified (`simplify_index`) without losing the
+    flat position that dimensions split by it share (`merged_dims`): a reshape of a
+    [64, 56, 56] array read as [200704] in blocks of 16 indexes it by [floordiv(f, 3136),
+    mod(floordiv(f, 56), 56), mod(f, 56)] with f = 1024 * i + 16 * v + lane, and
+    simplifying each dimension alone gives floordiv(64 * i + v, 196) for the first, which
+    no longer shows f, so the lanes would be gathered. Where dimensions alone keep a
+    division, a group whose flat position simplifies to one without any is split from it
+    again in the form `merged_dims` recognizes, and code generation addresses f."""
+    from ember.loops.analysis import merged_dims
+
+    simple = tuple(simplify_index(i, ranges) for i in index)
+    if not any(_has_division(i) for i in simple):
+        return simple
+    flat, _, counts = merged_dims(index, shape)
+    if len(flat) == len(index):
+        return simple
+    out: list[Expr] = []
+    for position, count in zip(flat, counts):
+        at = len(out)
+        group = shape[at:at + count]
+        position = simplify_index(position, ranges)
+        if count == 1 or _has_division(position) or \
+                not all(isinstance(d, int) and d > 1 for d in group):
+            out.extend(simple[at:at + count])
+        else:
+            out.extend(_split(position, group))
+    return tuple(out)
+
+
+def _split(position: Expr, extents: Sequence[int]) -> list[Expr]:
+    """A flat position's row-major index in `extents`, as `merged_dims` merges it back."""
+    inner = math.prod(extents[1:])
+    out: list[Expr] = [Binary("floordiv", position, Const(inner))]
+    for extent in extents[1:-1]:
+        inner //= extent
+        out.append(Binary("mod", Binary("floordiv", position, Const(inner)), Const(extent)))
+    out.append(Binary("mod", position, Const(extents[-1])))
+    return out
+
+
+def _has_division(e: Expr) -> bool:
+    from ember.loops.ir import walk_expr
+
+    return any(isinstance(x, Binary) and x.op in ("floordiv", "mod") for x in walk_expr(e))
+
+
+def _loads(e: Expr) -> bool:
+    from ember.loops.ir import walk_expr
+
+    return any(isinstance(x, Load) for x in walk_expr(e))
 
 
 COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
@@ -254,6 +317,8 @@ def simplify_kernel(kernel: Kernel) -> Kernel:
     loops around it (`simplify_index`)."""
     from ember.loops.verify import interval
 
+    shapes = {b.name: tuple(b.shape) for b in (*kernel.params, *kernel.locals)}
+
     def block(stmts: list[Stmt], ranges: Ranges) -> list[Stmt]:
         out: list[Stmt] = []
         for s in stmts:
@@ -272,9 +337,12 @@ def simplify_kernel(kernel: Kernel) -> Kernel:
                     out.extend(block(s.then if cond.value else s.orelse, ranges))
                 else:
                     out.append(If(cond, block(s.then, ranges), block(s.orelse, ranges)))
+            elif isinstance(s, Prefetch):
+                out.append(Prefetch(s.buffer, simplify_access(s.index, shapes[s.buffer], ranges)))
             else:
-                out.append(Store(s.buffer, tuple(simplify_index(i, ranges) for i in s.index),
-                                 simplify_index(s.value, ranges)))
+                index = simplify_access(s.index, shapes[s.buffer], ranges) \
+                    if s.buffer in shapes else tuple(simplify_index(i, ranges) for i in s.index)
+                out.append(Store(s.buffer, index, simplify_index(s.value, ranges, shapes)))
         return out
 
     return replace(kernel, body=block(kernel.body, {}))

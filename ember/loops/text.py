@@ -39,6 +39,7 @@ from ember.loops.ir import (
     If,
     Kernel,
     Load,
+    Prefetch,
     Program,
     ProgramBuffer,
     ProgramIf,
@@ -98,6 +99,9 @@ def _stmts(stmts: list[Stmt], indent: str, lines: list[str]) -> None:
         elif isinstance(s, Store):
             lines.append(f"{indent}%{s.buffer}[{', '.join(format_expr(i) for i in s.index)}]"
                          f" = {format_expr(s.value)}")
+        elif isinstance(s, Prefetch):
+            lines.append(f"{indent}prefetch %{s.buffer}"
+                         f"[{', '.join(format_expr(i) for i in s.index)}]")
         elif isinstance(s, If):
             lines.append(f"{indent}if {format_expr(s.cond)} {{")
             _stmts(s.then, indent + "  ", lines)
@@ -304,6 +308,9 @@ class LoopParser:
             then = self.body()
             orelse = self.body() if ts.accept("else") else []
             return If(cond, then, orelse)
+        if ts.accept("prefetch"):
+            name, _ = self.buffer_ref()
+            return Prefetch(name, self.index())
         name, _ = self.buffer_ref()
         index = self.index()
         ts.expect("=")

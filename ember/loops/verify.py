@@ -32,6 +32,7 @@ from ember.loops.ir import (
     If,
     Kernel,
     Load,
+    Prefetch,
     Program,
     ProgramIf,
     ProgramLoop,
@@ -172,6 +173,8 @@ class _KernelVerifier:
                 dtype = self.expr(s.value, ranges)
                 if dtype is not buffer.dtype:
                     self.fail(f"store of a {dtype} value into %{s.buffer}: {buffer.dtype}")
+            elif isinstance(s, Prefetch):
+                self.access(s.buffer, s.index, ranges, "prefetch of")
             elif isinstance(s, If):
                 if self.expr(s.cond, ranges) is not DType.bool:
                     self.fail("an if condition must be bool")
@@ -331,6 +334,9 @@ class _PrivateLocals:
                 for e in (*s.index, s.value):
                     self.reads(e, unset)
                 unset = {name: why for name, why in unset.items() if name != s.buffer}
+            elif isinstance(s, Prefetch):
+                for e in s.index:
+                    self.reads(e, unset)
             elif isinstance(s, If):
                 self.reads(s.cond, unset)
                 unset = {**self.block(s.then, unset), **self.block(s.orelse, unset)}

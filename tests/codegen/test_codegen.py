@@ -551,3 +551,36 @@ def test_codegen_errors_name_the_kernel(text: str, message: str) -> None:
 def test_temp_without_a_planned_offset_is_an_error() -> None:
     with pytest.raises(CodegenError, match="no offset for temp %t"):
         program_module(parse_program(TWO_KERNELS), {})
+
+
+PREFETCHED = """kernel @k(%x: f32[4,64], %y: f32[4,64]) {
+  for %i = 0 to 4 {
+    prefetch %x[min(add(%i, 1), 3), 0]
+    for %j = 0 to 64 {
+      %y[%i, %j] = mul(%x[%i, %j], 2.0:f32)
+    }
+  }
+}"""
+
+
+def test_a_prefetch_is_a_hint_that_changes_no_value() -> None:
+    """`prefetch` (a packed matmul's next weight panel) prints and parses, runs as nothing
+    in the interpreter and as LLVM's `llvm.prefetch` (x86: prefetcht1) when compiled."""
+    from ember.loops.interp import LoopInterpreter
+    from ember.loops.ir import Program
+    from ember.loops.text import print_kernel
+
+    kernel = parse_kernel(PREFETCHED)
+    assert print_kernel(parse_kernel(print_kernel(kernel))) == print_kernel(kernel)
+    x = np.arange(256, dtype=np.float32).reshape(4, 64)
+    for run in ("interpreter", "compiled"):
+        y = np.zeros_like(x)
+        if run == "interpreter":
+            LoopInterpreter(Program("p", [], [kernel], [])).call(kernel, [x, y])
+        else:
+            run_kernel(compile_kernels(PREFETCHED), "k", x, y)
+        np.testing.assert_array_equal(y, x * 2)
+    module = kernel_module([kernel])
+    assert "@\"llvm.prefetch.p0\"" in str(module)
+    if HOST.arch == "x86_64":
+        assert "prefetcht1" in cpu.assembly_text(module, target=HOST)

@@ -19,6 +19,7 @@ from ember.loops.analysis import access_kind
 from ember.loops.ir import For, Store, walk_stmts
 from ember.loops.lower import lower_graph
 from ember.loops.schedule import schedule_program
+from ember.loops.text import format_expr
 from ember.target import Target
 
 HOST = Target.host()
@@ -84,6 +85,33 @@ def test_packed_conv_takes_a_fused_epilogue(epilogue: str) -> None:
     assert "packed_conv" in kernel.ops and len(kernel.ops) > 1
     np.testing.assert_allclose(compiled(*inputs)[0], interpret(graph, inputs)[0],
                                rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("epilogue", ["tanh", "residual"])
+def test_an_epilogue_by_channel_runs_on_whole_vectors_of_channels(epilogue: str) -> None:
+    """A bias and an activation read nothing by position: they run where the tile holds
+    channels in its lanes (whole vectors), before the write-back turns it; a residual add
+    reads its operand by position and stays in the write-back."""
+    b = Builder("conv")
+    x = b.input("x", "f32", (1, 128, 7, 7))
+    y = b.conv(x, b.constant(data(64, 128, 1, 1) / 10), b.constant(data(64)))
+    y = b.tanh(y) if epilogue == "tanh" else b.add(y, b.input("r", "f32", (1, 64, 7, 7)))
+    b.output(y)
+    graph = b.build()
+    packed = run_passes(graph, ["pad_convs", "pack_convs", "dce", "fuse"])
+    avx512 = Target.named("znver4")
+    (kernel,) = schedule_program(lower_graph(packed, target=avx512), avx512).kernels
+    (store,) = [s for s in walk_stmts(kernel.body) if isinstance(s, Store) and s.buffer == "y0"]
+    (copy,) = [s for s in walk_stmts(kernel.body) if isinstance(s, Store)
+               and s.buffer == kernel.locals[-1].name]
+    text = format_expr(copy.value) + " / " + format_expr(store.value)
+    if epilogue == "tanh":
+        assert "tanh(" in format_expr(copy.value) and "tanh(" not in format_expr(store.value)
+    else:
+        assert "%x3[" in format_expr(store.value), text
+    inputs = [data(1, 128, 7, 7)] + ([data(1, 64, 7, 7)] if epilogue == "residual" else [])
+    np.testing.assert_allclose(ember.compile(graph, config=CPU)(*inputs)[0],
+                               interpret(graph, inputs)[0], rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("x_shape, w_shape", [

@@ -18,10 +18,11 @@ from ember.driver.backend import CpuBackend, _panel_width
 from ember.driver.pass_manager import run_passes
 from ember.graph.ops.linalg import unpack_matmul_weights
 from ember.graph.passes.fold import constant_value
+from ember.loops.ir import For, Prefetch, walk_stmts
 from ember.loops.lower import lower_graph
 from ember.loops.schedule import schedule_program
 from ember.loops.schedules import gemm
-from ember.loops.text import print_kernel
+from ember.loops.text import format_expr, print_kernel
 from ember.target import Target
 
 HOST = Target.host()
@@ -96,6 +97,25 @@ def test_the_schedule_reads_the_panels_in_place(x_shape) -> None:
     assert [b.shape for b in kernel.locals if len(b.shape) == 3] == []
     text = print_kernel(kernel)
     assert "fma(%x0[" in text and f"0 to {lanes} vectorized" in text
+
+
+def test_the_tiles_of_a_panel_prefetch_the_next_one() -> None:
+    """Each k step of a tile over packed weights prefetches a line of the same row of the
+    panel after its own (the last panel's tiles: their own panel's, in bounds), and the
+    block's tiles take different lines, so that together they cover the row."""
+    x_shape, n = (64, 256), 512
+    graph = packed_graph(matmul_graph(x_shape, data(256, n)))
+    kernel = scheduled_kernel(graph)
+    lanes = panel_width(x_shape, n)
+    prefetches = [s for s in walk_stmts(kernel.body) if isinstance(s, Prefetch)]
+    assert prefetches and {p.buffer for p in prefetches} == {"x1"}
+    (k_loop,) = {id(s): s for s in walk_stmts(kernel.body) if isinstance(s, For)
+                 and any(p is s.body[0] for p in prefetches)}.values()
+    panel, k, line = prefetches[0].index
+    assert k == k_loop.var and format_expr(panel).startswith("min(")
+    assert format_expr(panel).endswith(f", {n // lanes - 1})")  # the last panel, at most
+    assert "mod(" in format_expr(line) or lanes * 4 <= gemm.CACHE_LINE_BYTES
+    check_compiled(matmul_graph(x_shape, data(256, n) / 10), data(*x_shape))
 
 
 def test_a_narrower_tile_copies_the_panels(monkeypatch) -> None:

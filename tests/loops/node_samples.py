@@ -28,6 +28,7 @@ from ember.loops.ir import (
     If,
     Kernel,
     Load,
+    Prefetch,
     Select,
     Stmt,
     Store,
@@ -95,6 +96,10 @@ def _abs_by_if(index: Expr) -> list[Stmt]:
                                            [Store("y", (I,), x)])])]
 
 
+def _prefetch_then_copy(index: Expr) -> list[Stmt]:
+    return [For(I, Const(0), Const(N), [Prefetch("x", (index,)), Store("y", (I,), x_at(I))])]
+
+
 def _skip_two(x: np.ndarray) -> np.ndarray:
     return np.concatenate([np.zeros(2, x.dtype), x[2:]])
 
@@ -103,6 +108,7 @@ STMT_SAMPLES: dict[type, Sample] = {
     For: Sample(F32, _from_two, _skip_two),
     Store: Sample(F32, _each(lambda x: x), lambda x: x),
     If: Sample(F32, _abs_by_if, np.abs),
+    Prefetch: Sample(F32, _prefetch_then_copy, lambda x: x),  # a hint: no value changes
 }
 
 SAMPLES = {**EXPR_SAMPLES, **STMT_SAMPLES}

@@ -56,6 +56,11 @@ def test_kernel_and_program_round_trip_and_verify() -> None:
     (ROW_SUM.replace("%acc[] = 0.0:f32", "%acc[] = 0:i32"), "store of a i32 value"),
     (ROW_SUM.replace("add(%acc[], %x[%i, %j])", "add(%acc[], f64(%x[%i, %j]))"),
      "operand dtypes differ"),
+    # A prefetch is a hint, but its address is one the kernel could read.
+    (ROW_SUM.replace("%acc[] = 0.0:f32", "prefetch %x[add(%i, 1), 0]\n    %acc[] = 0.0:f32"),
+     "prefetch of %x may go out of bounds"),
+    (ROW_SUM.replace("%acc[] = 0.0:f32", "prefetch %x[%i]\n    %acc[] = 0.0:f32"),
+     "prefetch of %x uses 1 indices"),
 ])
 def test_verifier_errors(text: str, message: str) -> None:
     with pytest.raises(VerificationError, match=message):
