@@ -61,7 +61,7 @@ from ember.codegen.vector import (
 )
 from ember.dtypes import DType
 from ember.graph.symbolic import DimLike, definitely, is_symbolic
-from ember.loops.analysis import flatten_dims
+from ember.loops.analysis import copies_onto_itself, flatten_dims
 from ember.loops.ir import (
     INDEX,
     Binary,
@@ -619,6 +619,7 @@ class EntryEmitter:
                  functions: dict[str, ir.Function], kernel_sizes: dict[str, tuple[str, ...]]):
         """`kernel_sizes`: each kernel's size arguments (`_add_kernels`)."""
         self.program, self.functions, self.kernel_sizes = program, functions, kernel_sizes
+        self.offsets = {} if program.sizes else plan  # (a plan of every size: per binding)
         symbols = program.sizes
         names = ENTRY_ARGS + SIZED_ENTRY_ARGS if symbols else ENTRY_ARGS
         fn = ir.Function(module, ir.FunctionType(I32, [PTR] * len(names)),
@@ -687,6 +688,8 @@ class EntryEmitter:
         fn = self.functions.get(s.kernel)
         if fn is None:
             raise self.error(f"call of unknown kernel @{s.kernel}")
+        if copies_onto_itself(self.program, s, self.offsets):
+            return  # (a reshape whose result the memory plan put in its input's place)
         params = self.program.kernel(s.kernel).params
         if len(s.args) != len(params):
             raise self.error(f"@{s.kernel} takes {len(params)} buffers, given {len(s.args)}")

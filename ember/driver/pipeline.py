@@ -204,6 +204,7 @@ def reproduced(stage: str, graph: Graph, replay: str):
 
 def build(graph: Graph, config: Config) -> Artifact:
     """Every stage, from a graph to object code (the cold path)."""
+    from ember.loops.analysis import copies_onto_itself
     from ember.loops.ir import Call
 
     config = resolve(config)
@@ -220,8 +221,12 @@ def build(graph: Graph, config: Config) -> Artifact:
     artifact.extra["kernel_table"] = kernel_table(program)
     artifact.extra["schedules"] = schedules
     if all(isinstance(step, Call) for step in program.steps):  # straight-line: explain's
-        artifact.extra["steps"] = [[s.kernel, list(s.args)] for s in program.steps]
+        run = [s for s in program.steps if not copies_onto_itself(program, s, plan.offsets)]
+        artifact.extra["steps"] = [[s.kernel, list(s.args)] for s in run]
         artifact.extra["status"] = [b.name for b in program.of_kind("status")]
+        called = {s.kernel for s in run}  # (a copy onto itself is no call: not a kernel)
+        artifact.extra["kernel_table"] = [k for k in artifact.extra["kernel_table"]
+                                          if k["name"] in called]
     last_build.clear()
     last_build.update(artifact.extra)
     return artifact

@@ -25,6 +25,8 @@ from ember.loops.ir import (
     INDEX,
     Binary,
     Bitcast,
+    Buffer,
+    Call,
     Cast,
     Const,
     Expr,
@@ -33,6 +35,7 @@ from ember.loops.ir import (
     If,
     Kernel,
     Load,
+    Program,
     Stmt,
     Store,
     Unary,
@@ -190,6 +193,51 @@ def _beside_quotient(high: Expr, e: Expr, divisor: Expr) -> Expr | None:
             if rest is not None:
                 return other if rest is _NOTHING else Binary("add", rest, other)
     return None
+
+
+def linear_offset(buf: Buffer, index: Sequence[Expr]) -> dict[str | None, int] | None:
+    """The element offset of `buf[index]` in its row-major layout, as an affine map (of the
+    flat position where dimensions are split by one: `flatten_dims`)."""
+    total: dict[str | None, int] = {}
+    index, shape = flatten_dims(index, buf.shape)
+    for i, stride in zip(index, row_major_strides(shape)):
+        a = affine_map(i)
+        if a is None:
+            return None
+        for v, c in a.items():
+            total[v] = total.get(v, 0) + c * stride
+    return {v: c for v, c in total.items() if c}
+
+
+def identity_copy(kernel: Kernel) -> tuple[str, str] | None:
+    """(out, in) when all `kernel` does is copy its input parameter into its output
+    parameter, each element to the offset it comes from (a reshape's kernel), else None."""
+    stores = [s for s in walk_stmts(kernel.body) if isinstance(s, Store)]
+    if len(kernel.params) != 2 or len(stores) != 1 or kernel.locals:
+        return None
+    store, (a, b) = stores[0], kernel.params
+    out, src = (a, b) if store.buffer == a.name else (b, a)
+    value = store.value
+    if not (isinstance(value, Load) and value.buffer == src.name and store.buffer == out.name
+            and src.dtype is out.dtype):
+        return None
+    offset = linear_offset(out, store.index)
+    if offset is None or offset != linear_offset(src, value.index):
+        return None
+    return out.name, src.name
+
+
+def copies_onto_itself(program: Program, call: Call, offsets: Mapping[str, int]) -> bool:
+    """Whether `call` copies a temp into a temp at the same arena `offsets` (the memory plan
+    put a reshape's result in its input's place): the data is already there, and code
+    generation emits no call."""
+    kernel = program.kernel(call.kernel)
+    copy = identity_copy(kernel)
+    if copy is None:
+        return False
+    at = dict(zip((p.name for p in kernel.params), call.args))
+    out, src = at[copy[0]], at[copy[1]]
+    return out in offsets and src in offsets and offsets[out] == offsets[src]
 
 
 # A load whose lanes are this many elements apart or fewer reads the span they cover and

@@ -29,6 +29,7 @@ from typing import Any
 from ember.dtypes import DType
 from ember.errors import ScheduleError, VerificationError
 from ember.graph.symbolic import definitely
+from ember.loops import primitives
 from ember.loops.analysis import access_kind, independent, lanes_compute, stored_buffers
 from ember.loops.cost import trip_count, weighted
 from ember.loops.ir import (
@@ -379,6 +380,7 @@ def _vectorize_inner_loops(scheduling: _Scheduling, target: Target) -> None:
     shapes = {b.name: b.shape for b in (*kernel.params, *kernel.locals)}
     locals_ = {b.name for b in kernel.locals}
     chosen = []
+    parents = {id(s): p for p in walk_stmts(kernel.body) if isinstance(p, For) for s in p.body}
     for loop in walk_stmts(kernel.body):
         if not isinstance(loop, For) or loop.kind != "serial" or loop.step != 1 or \
                 not _constant_bounds(loop) or \
@@ -393,15 +395,56 @@ def _vectorize_inner_loops(scheduling: _Scheduling, target: Target) -> None:
         trips = trip_count(loop)
         if trips < width and trips > 1 and _tile_loop(body_stmts, locals_):
             width = trips
-        if trips >= width and not any(
+        outer = parents.get(id(loop))
+        if trips < width and outer is not None and _fusable_around(outer, loop, width):
+            chosen.append((loop.var.name, width, outer.var.name))
+        elif trips >= width and not any(
                 access_kind(x.index, loop.var.name, shapes[x.buffer]) == "gather"
                 for x in loads):
-            chosen.append((loop.var.name, width))
-    for name, width in chosen:
+            chosen.append((loop.var.name, width, None))
+    for name, width, outer in chosen:
+        if outer is not None:
+            name = _fused_for_lanes(scheduling, outer, name, shapes)
+            if name is None:
+                continue
         try:
             scheduling.apply("vectorize_blocks", name, width)
         except ScheduleError:
             continue
+
+
+def _fusable_around(outer: For, inner: For, width: int) -> bool:
+    """Whether a loop too short for a vector (a 7x7 or 14x14 plane's rows) and the loop
+    around it, a perfect serial nest with constant bounds, make enough iterations for one."""
+    return outer.kind == "serial" and outer.step == 1 and _constant_bounds(outer) and \
+        len(outer.body) == 1 and trip_count(outer) * trip_count(inner) >= width
+
+
+def _fused_for_lanes(scheduling: _Scheduling, outer: str, inner: str,
+                     shapes: dict) -> str | None:
+    """`outer` and `inner` fused into one loop (`fuse`), when no load gathers along it (the
+    plane's rows are contiguous in memory): its name; else None, and the kernel as it was."""
+    kernel = scheduling.kernel
+    try:
+        fused = primitives.fuse(kernel, outer, inner)
+    except ScheduleError:
+        return None
+    loop = next(s for s in walk_stmts(fused.body) if isinstance(s, For) and
+                s.var.name not in {t.var.name for t in walk_stmts(kernel.body)
+                                   if isinstance(t, For)})
+    simple = simplify_kernel(fused)
+    loop = next(s for s in walk_stmts(simple.body) if isinstance(s, For)
+                and s.var.name == loop.var.name)
+    loads = [x for s in walk_stmts(loop.body) if isinstance(s, Store)
+             for x in walk_expr(s.value) if isinstance(x, Load)]
+    stores = [s for s in walk_stmts(loop.body) if isinstance(s, Store) and s.index]
+    name = loop.var.name
+    if any(access_kind(x.index, name, shapes[x.buffer]) == "gather" for x in loads) or \
+            any(access_kind(s.index, name, shapes[s.buffer]) not in ("contiguous", "uniform")
+                for s in stores):
+        return None
+    scheduling.apply("fuse", outer, inner)
+    return name
 
 
 def _tile_loop(body: list[Store], locals_: set[str]) -> bool:

@@ -29,7 +29,7 @@ from typing import Any
 
 from ember.errors import ResourceError
 from ember.graph.symbolic import Dim, DimLike, dim_max, evaluate, parse_dim
-from ember.loops.analysis import affine_map
+from ember.loops.analysis import linear_offset
 from ember.loops.ir import (
     Buffer,
     Call,
@@ -178,20 +178,9 @@ def live_intervals(program: Program) -> dict[str, tuple[int, int]]:
 
 # -- in-place legality ----------------------------------------------------------------------
 
-def _linear_offset(buf: Buffer, index: tuple[Expr, ...]) -> dict[str | None, int] | None:
-    """The element offset of `buf[index]` in its row-major layout, as an affine map."""
-    total: dict[str | None, int] = {}
-    for i, stride in zip(index, buf.strides):
-        a = affine_map(i)
-        if a is None:
-            return None
-        for v, c in a.items():
-            total[v] = total.get(v, 0) + c * stride
-    return {v: c for v, c in total.items() if c}
-
-
-def _injective(offset: dict[str | None, int], loops: list[For]) -> bool:
-    """Whether distinct iterations of `loops` give distinct offsets (mixed-radix test)."""
+def _injective(offset: dict[str | None, int], loops: list[For], reach: int = 0) -> bool:
+    """Whether distinct iterations of `loops` give distinct offsets (mixed-radix test); with
+    `reach`, offsets that far apart or more (stores inside the loops that cover that range)."""
     terms = []
     if any(isinstance(c, Dim) for c in offset.values()):  # strides known at call time
         return False
@@ -201,7 +190,7 @@ def _injective(offset: dict[str | None, int], loops: list[For]) -> bool:
         trips = max(0, -(-(loop.stop.value - loop.start.value) // loop.step))
         if trips > 1:
             terms.append((abs(offset.get(loop.var.name, 0)) * loop.step, trips))
-    reach = 0  # the largest offset difference the smaller terms can make
+    # (`reach`: the largest offset difference the smaller terms can make)
     for weight, trips in sorted(terms):
         if weight <= reach:
             return False
@@ -246,13 +235,70 @@ def _loads(stmts: list[Stmt]) -> list[tuple[Load, Store | None]]:
     return found
 
 
+def _distinct_offsets(buf: Buffer, stores: list[tuple[Store, list[For]]]
+                      ) -> dict[int, dict[str | None, int]] | None:
+    """Each store's element offset in `buf` (by id of the store), when no two iterations of
+    the stores write one element: one store injective over its loops, or several (a
+    vectorized loop's blocks and its tail) inside the same loops, each injective over its
+    own, writing apart ranges of offsets that together step like one more loop inside the
+    shared ones. None otherwise."""
+    offsets = {id(s): linear_offset(buf, s.index) for s, _ in stores}
+    if not stores or any(o is None for o in offsets.values()):
+        return None
+    if len(stores) == 1:
+        (store, loops), = stores
+        return offsets if _injective(offsets[id(store)], loops) else None
+    shared = 0  # the loops around every store
+    while all(len(loops) > shared and loops[shared] is stores[0][1][shared]
+              for _, loops in stores):
+        shared += 1
+    outer = stores[0][1][:shared]
+    names = {loop.var.name for loop in outer}
+    spans = []
+    for store, loops in stores:
+        offset = offsets[id(store)]
+        if {v: c for v, c in offset.items() if v in names} != \
+                {v: c for v, c in offsets[id(stores[0][0])].items() if v in names}:
+            return None
+        inner = {v: c for v, c in offset.items() if v not in names}
+        span = _span(inner, loops[shared:])
+        if span is None or not _injective(inner, loops[shared:]):
+            return None
+        spans.append(span)
+    spans.sort()
+    if any(a[1] >= b[0] for a, b in zip(spans, spans[1:])):
+        return None
+    within = {v: c for v, c in offsets[id(stores[0][0])].items() if v in names}
+    return offsets if _injective(within, outer, spans[-1][1] - spans[0][0]) else None
+
+
+def _span(offset: dict[str | None, int], loops: list[For]) -> tuple[int, int] | None:
+    """[least, most] of an affine offset over `loops` (constant bounds), else None."""
+    low = high = offset.get(None, 0)
+    bounds = {}
+    for loop in loops:
+        if not (isinstance(loop.start, Const) and isinstance(loop.stop, Const)) or \
+                loop.step != 1 or loop.stop.value <= loop.start.value:
+            return None
+        bounds[loop.var.name] = (loop.start.value, loop.stop.value - 1)
+    for v, c in offset.items():
+        if v is None:
+            continue
+        if v not in bounds or isinstance(c, Dim):
+            return None
+        a, b = (c * x for x in bounds[v])
+        low, high = low + min(a, b), high + max(a, b)
+    return low, high
+
+
 def inplace_pairs(kernel: Kernel) -> dict[str, str]:
     """Output params that may share memory with an input param: {out: in}.
 
-    Legal when `out` is written by exactly one store, whose index is injective over its
-    loops, never loaded, and `in` is never stored and loaded only in that store's value at
-    the same byte offset. Each element of `in` is then read before the one store that
-    overwrites it, and never again.
+    Legal when no two iterations of the stores of `out` write one element (one store whose
+    index is injective over its loops, or a vectorized loop's blocks and tail:
+    `_distinct_offsets`), `out` is never loaded, and `in` is never stored and loaded only
+    in the value of a store of `out`, at the same offset as it. Each element of `in` is
+    then read before the one store that overwrites it, and never again.
     """
     params = {b.name: b for b in kernel.params}
     stores: list[tuple[Store, list[For]]] = []
@@ -267,12 +313,9 @@ def inplace_pairs(kernel: Kernel) -> dict[str, str]:
         if out_name in loaded:
             continue
         mine = [(s, loops) for s, loops in stores if s.buffer == out_name]
-        if len(mine) != 1:
-            continue
-        store, loops = mine[0]
         out = params[out_name]
-        offset = _linear_offset(out, store.index)
-        if offset is None or not _injective(offset, loops):
+        offsets = _distinct_offsets(out, mine)
+        if offsets is None:
             continue
         for in_name in params:
             if (in_name == out_name or in_name in stored or in_name in pairs.values()
@@ -282,7 +325,8 @@ def inplace_pairs(kernel: Kernel) -> dict[str, str]:
             if src.dtype.itemsize != out.dtype.itemsize:
                 continue
             mine_loads = [(ld, owner) for ld, owner in loads if ld.buffer == in_name]
-            if mine_loads and all(owner is store and _linear_offset(src, ld.index) == offset
+            if mine_loads and all(id(owner) in offsets and
+                                  linear_offset(src, ld.index) == offsets[id(owner)]
                                   for ld, owner in mine_loads):
                 pairs[out_name] = in_name
                 break

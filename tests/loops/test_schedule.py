@@ -185,6 +185,56 @@ def test_inner_elementwise_loops_are_vectorized_in_blocks_and_a_tail() -> None:
                                atol=1e-6)
 
 
+SHORT_ROWS = """kernel @k(%x: f32[3,7,7], %y: f32[3,7,7], %m: f32[3]) {
+  local %acc: f32[]
+  for %c = 0 to 3 {
+    %acc[] = 0.0:f32
+    for %h = 0 to 7 {
+      for %w = 0 to 7 {
+        %acc[] = add(%acc[], %x[%c, %h, %w])
+      }
+    }
+    %m[%c] = %acc[]
+    for %h2 = 0 to 7 {
+      for %w2 = 0 to 7 {
+        %y[%c, %h2, %w2] = erf(%x[%c, %h2, %w2])
+      }
+    }
+  }
+}"""
+
+
+def test_rows_shorter_than_a_vector_are_fused_with_the_loop_around_them() -> None:
+    """A 7x7 plane's rows are shorter than 16 lanes: the plane's two loops become one over
+    its 49 contiguous positions (`fuse`), which runs on lanes, for a sum (an SE block's
+    mean) and an elementwise op alike; the values stay the serial loops'."""
+    kernel = vectorize_inner_loops(parse_kernel(SHORT_ROWS), target=Target.named("znver4"))
+    text = print_kernel(kernel)
+    assert "for %h_w.l = 0 to 16 vectorized" in text and "%h2_w2.l" in text, text
+    assert "for %w = 0 to 7" not in text and "for %w2 = 0 to 7" not in text
+    x = np.random.default_rng(1).standard_normal((3, 7, 7)).astype(np.float32)
+    y, m = np.zeros_like(x), np.zeros(3, np.float32)
+    host = vectorize_inner_loops(parse_kernel(SHORT_ROWS), target=HOST)
+    jit = cpu.compile_module(kernel_module([verify_kernel(host)]), target=HOST)
+    jit.kernel("k", 3)(x.ctypes.data, y.ctypes.data, m.ctypes.data)
+    np.testing.assert_allclose(m, x.sum(axis=(1, 2)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(y, ember.interpret(erf_graph(x.shape), [x])[0], rtol=1e-6,
+                               atol=1e-6)
+
+
+def test_short_rows_read_across_are_not_fused() -> None:
+    """Fusing a transposed plane's loops would gather: they stay as they are."""
+    kernel = parse_kernel("""kernel @t(%x: f32[7,7], %y: f32[7,7]) {
+  for %i = 0 to 7 {
+    for %j = 0 to 7 {
+      %y[%i, %j] = %x[%j, %i]
+    }
+  }
+}""")
+    assert print_kernel(vectorize_inner_loops(kernel, target=Target.named("znver4"))) == \
+        print_kernel(kernel)
+
+
 def erf_graph(shape):
     b = ember.Builder("erf")
     b.output(b.erf(b.input("x", "f32", shape)))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ember.loops.ir import Kernel, Program
 from ember.loops.text import parse_kernel, parse_program
 from ember.runtime.memory_plan import (
@@ -188,6 +190,76 @@ kernel @wide(%x: f16[8], %out: f32[8]) {
   }
 }""")
     assert inplace_pairs(widening) == {}
+
+
+BLOCKS_AND_TAIL = """
+kernel @gelu(%x: f32[4,7,7], %out: f32[4,7,7]) {
+  for %c = 0 to 4 {
+    for %v = 0 to 3 {
+      for %l = 0 to 16 vectorized {
+        %out[%c, floordiv(add(%l, mul(%v, 16)), 7), mod(add(%l, mul(%v, 16)), 7)] =
+            neg(%x[%c, floordiv(add(%l, mul(%v, 16)), 7), mod(add(%l, mul(%v, 16)), 7)])
+      }
+    }
+    for %l = 0 to TAIL vectorized {
+      %out[%c, floordiv(add(%l, 48), 7), mod(add(%l, 48), 7)] =
+          neg(%x[%c, floordiv(add(%l, 48), 7), mod(add(%l, 48), 7)])
+    }
+  }
+}"""
+
+
+def test_a_vectorized_loops_blocks_and_tail_may_write_in_place() -> None:
+    """A 7x7 plane vectorized along its flat position (3 blocks of 16 and a tail of 1):
+    two stores, each injective, writing apart ranges that together cover the plane, so each
+    element is still written once, from its own input element. A tail that overlaps the
+    blocks (2 lanes: position 48 and 49 of a 49-position plane, into the next plane) may
+    not."""
+    assert inplace_pairs(parse_kernel(BLOCKS_AND_TAIL.replace("TAIL", "1"))) == {"out": "x"}
+    overlapping = BLOCKS_AND_TAIL.replace("TAIL", "1").replace("add(%l, 48)", "add(%l, 47)")
+    assert inplace_pairs(parse_kernel(overlapping)) == {}
+
+
+def test_a_copy_onto_itself_is_no_call() -> None:
+    """A reshape's copy whose output the plan puts in its input's place emits no call:
+    its data is already there (and the program's values are the same)."""
+    text = """
+kernel @double(%x: f32[2,8], %out: f32[2,8]) {
+  for %i0 = 0 to 2 { for %i1 = 0 to 8 { %out[%i0, %i1] = mul(%x[%i0, %i1], 2.0:f32) } }
+}
+kernel @reshape(%x: f32[2,8], %out: f32[4,4]) {
+  for %i0 = 0 to 4 { for %i1 = 0 to 4 {
+    %out[%i0, %i1] = %x[floordiv(add(mul(%i0, 4), %i1), 8), mod(add(mul(%i0, 4), %i1), 8)]
+  } }
+}
+kernel @neg(%x: f32[4,4], %out: f32[4,4]) {
+  for %i0 = 0 to 4 { for %i1 = 0 to 4 { %out[%i0, %i1] = neg(%x[%i0, %i1]) } }
+}
+program @main {
+  input %x: f32[2,8]
+  temp %a: f32[2,8]
+  temp %b: f32[4,4]
+  output %y: f32[4,4]
+  call @double(%x, %a)
+  call @reshape(%a, %b)
+  call @neg(%b, %y)
+}"""
+    from ember.codegen.llvm import program_module
+    from ember.loops.analysis import copies_onto_itself, identity_copy
+    from ember.runtime.executable import compile_program
+    from ember.target import Target
+
+    program = parse_program(text)
+    plan = plan_memory(program)
+    assert identity_copy(program.kernel("reshape")) == ("out", "x")
+    assert identity_copy(program.kernel("double")) is None
+    assert plan.offsets["a"] == plan.offsets["b"]
+    assert copies_onto_itself(program, program.steps[1], plan.offsets)
+    module = str(program_module(program, plan.offsets))
+    assert 'call void @"double"' in module and 'call void @"reshape"' not in module
+    x = np.arange(16, dtype=np.float32).reshape(2, 8)
+    (y,) = compile_program(program, Target.host(), plan)(x)
+    np.testing.assert_array_equal(y, -2 * x.reshape(4, 4))
 
 
 def test_declared_inplace_pairs_are_checked_and_respected() -> None:
