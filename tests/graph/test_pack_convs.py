@@ -16,7 +16,7 @@ from ember import Builder, interpret
 from ember.driver.pass_manager import run_passes
 from ember.graph.ops.linalg import unpack_conv_weights
 from ember.loops.analysis import access_kind
-from ember.loops.ir import For, Store, walk_stmts
+from ember.loops.ir import For, Prefetch, Store, walk_stmts
 from ember.loops.lower import lower_graph
 from ember.loops.schedule import schedule_program
 from ember.loops.text import format_expr
@@ -147,6 +147,25 @@ def test_packed_conv_nest_keeps_a_register_tile_and_turns_it_once_per_tile() -> 
     # a team: 800K multiply-adds.
     task = kernel.body[0]
     assert isinstance(task, For) and int(task.stop.value) == 14 and task.kind == "parallel"
+
+
+def test_the_tiles_of_a_panel_prefetch_the_next_panels_rows() -> None:
+    """Per input channel, each tile prefetches lines of the next panel's rows for that
+    channel (its 9 taps for a 3x3 filter), the plane's tiles taking different lines; the
+    last panel's read its own (in bounds). One panel: nothing to prefetch."""
+    avx512 = Target.named("znver4")  # panels of 32 channels, tiles of 7 positions
+    graph = run_passes(conv_graph((1, 64, 9, 9), data(128, 64, 3, 3)), ["pack_convs", "dce"])
+    (kernel,) = schedule_program(lower_graph(graph, target=avx512), avx512).kernels
+    prefetches = [s for s in walk_stmts(kernel.body) if isinstance(s, Prefetch)]
+    assert prefetches and {p.buffer for p in prefetches} == {kernel.params[1].name}
+    panel, k, lane = (format_expr(i) for i in prefetches[0].index)
+    last = kernel.params[1].shape[0] - 1
+    assert panel.startswith("min(") and panel.endswith(f", {last})") if last > 1 else \
+        panel == "1", panel  # (two panels: the second is the next of both)
+    assert "mul(%c" in k and "mod(" in lane, (k, lane)
+    one = run_passes(conv_graph((1, 64, 7, 7), data(32, 64, 1, 1)), ["pack_convs", "dce"])
+    (kernel,) = schedule_program(lower_graph(one, target=avx512), avx512).kernels
+    assert not any(isinstance(s, Prefetch) for s in walk_stmts(kernel.body))
 
 
 def test_a_half_packed_conv_runs_its_plain_nest() -> None:

@@ -45,6 +45,7 @@ from ember.loops.ir import (
     For,
     Kernel,
     Load,
+    Prefetch,
     Stmt,
     Store,
     Var,
@@ -243,7 +244,9 @@ def _packed_tiles(names: FreshNames, nest: WindowNest, panels: int, lanes: int, 
                [For(kw, Const(0), Const(kw_n), [each_row([vector_loop(names, lanes, tap)])], 1,
                     "unrolled" if kw_n <= MAX_UNROLLED_TAPS else "serial")], 1,
                "unrolled" if kh_n * kw_n <= MAX_UNROLLED_TAPS else "serial")
-    body = [each_row([zero]), For(c, Const(0), Const(c_in), [taps]), each_row([copy]),
+    ahead = _prefetch_next_panel(w_term.buffer, q, panels, t % tiles, tiles, c,
+                                 kh_n * kw_n, lanes)
+    body = [each_row([zero]), For(c, Const(0), Const(c_in), [*ahead, taps]), each_row([copy]),
             write_back]
     # Tasks write disjoint tiles, which the default schedule cannot see through t's
     # division into (n, q, p0): the loop is made parallel here, as the GEMM's is.
@@ -269,3 +272,26 @@ def _channel_epilogue(nest: WindowNest) -> Store | None:
             any(isinstance(x, Load) and x.buffer == last.buffer for x in walk_expr(value)):
         return None
     return Store(last.buffer, last.index, value)
+
+
+def _prefetch_next_panel(weights: str, q: Expr, panels: int, tile: Expr, tiles: int,
+                         c: Var, taps: int, lanes: int) -> list[Stmt]:
+    """Prefetches, per input channel c, of lines of the next panel's rows for c (its taps
+    rows of `lanes` floats), spread over the panel's `tiles` tiles as the matmul's are
+    (`prefetch_next_panel` in gemm.py): the first tile of a panel otherwise waits on memory
+    for all of it, and a small plane has few tiles to share that wait (7 on a 7x7 plane)."""
+    from ember.loops.schedules.gemm import CACHE_LINE_BYTES
+
+    if panels == 1:
+        return []
+    per_line = CACHE_LINE_BYTES // 4
+    per_row = max(1, lanes // per_line)
+    lines = taps * per_row  # of the next panel, per c
+    per_c = -(-lines // tiles)
+    following = binary("min", q + 1, panels - 1)
+    out: list[Stmt] = []
+    for s in range(per_c):
+        line = (tile * per_c + s) % lines if lines > 1 else Const(0)
+        out.append(Prefetch(weights, (following, c * taps + line // per_row,
+                                      (line % per_row) * per_line)))
+    return out
