@@ -429,12 +429,9 @@ def _fused_for_lanes(scheduling: _Scheduling, outer: str, inner: str,
         fused = primitives.fuse(kernel, outer, inner)
     except ScheduleError:
         return None
-    loop = next(s for s in walk_stmts(fused.body) if isinstance(s, For) and
-                s.var.name not in {t.var.name for t in walk_stmts(kernel.body)
-                                   if isinstance(t, For)})
-    simple = simplify_kernel(fused)
-    loop = next(s for s in walk_stmts(simple.body) if isinstance(s, For)
-                and s.var.name == loop.var.name)
+    before = {s.var.name for s in walk_stmts(kernel.body) if isinstance(s, For)}
+    loop = next(s for s in walk_stmts(simplify_kernel(fused).body)  # (as it will be seen)
+                if isinstance(s, For) and s.var.name not in before)
     loads = [x for s in walk_stmts(loop.body) if isinstance(s, Store)
              for x in walk_expr(s.value) if isinstance(x, Load)]
     stores = [s for s in walk_stmts(loop.body) if isinstance(s, Store) and s.index]
