@@ -212,8 +212,10 @@ def linear_offset(buf: Buffer, index: Sequence[Expr]) -> dict[str | None, int] |
 def identity_copy(kernel: Kernel) -> tuple[str, str] | None:
     """(out, in) when all `kernel` does is copy its input parameter into its output
     parameter, each element to the offset it comes from (a reshape's kernel), else None."""
+    if len(kernel.params) != 2 or kernel.locals:
+        return None
     stores = [s for s in walk_stmts(kernel.body) if isinstance(s, Store)]
-    if len(kernel.params) != 2 or len(stores) != 1 or kernel.locals:
+    if len(stores) != 1:
         return None
     store, (a, b) = stores[0], kernel.params
     out, src = (a, b) if store.buffer == a.name else (b, a)

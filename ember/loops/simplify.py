@@ -180,8 +180,8 @@ def simplify_index(e: Expr, ranges: Ranges, shapes: Mapping[str, tuple] | None =
 
     def access(x: Expr) -> Expr | None:
         if isinstance(x, Load) and shapes is not None and x.buffer in shapes:
-            index = tuple(simplify_index(i, ranges, shapes) if _loads(i) else i for i in x.index)
-            return Load(x.buffer, simplify_access(index, shapes[x.buffer], ranges), x.dtype)
+            return Load(x.buffer, simplify_access(x.index, shapes[x.buffer], ranges, shapes),
+                        x.dtype)
         return None
 
     def node(x: Expr) -> Expr | None:
@@ -213,7 +213,8 @@ def simplify_index(e: Expr, ranges: Ranges, shapes: Mapping[str, tuple] | None =
     return map_expr(e, node, access)
 
 
-def simplify_access(index: Sequence[Expr], shape: Sequence, ranges: Ranges) -> tuple[Expr, ...]:
+def simplify_access(index: Sequence[Expr], shape: Sequence, ranges: Ranges,
+                    shapes: Mapping[str, tuple] | None = None) -> tuple[Expr, ...]:
     """An index into a buffer of `shape`, simplified (`simplify_index`) without losing the
     flat position that dimensions split by it share (`merged_dims`): a reshape of a
     [64, 56, 56] array read as [200704] in blocks of 16 indexes it by [floordiv(f, 3136),
@@ -221,10 +222,11 @@ def simplify_access(index: Sequence[Expr], shape: Sequence, ranges: Ranges) -> t
     simplifying each dimension alone gives floordiv(64 * i + v, 196) for the first, which
     no longer shows f, so the lanes would be gathered. Where dimensions alone keep a
     division, a group whose flat position simplifies to one without any is split from it
-    again in the form `merged_dims` recognizes, and code generation addresses f."""
+    again in the form `merged_dims` recognizes, and code generation addresses f. (Loads
+    in the index, of buffers whose `shapes` are given, are accesses too.)"""
     from ember.loops.analysis import merged_dims
 
-    simple = tuple(simplify_index(i, ranges) for i in index)
+    simple = tuple(simplify_index(i, ranges, shapes) for i in index)
     if not any(_has_division(i) for i in simple):
         return simple
     flat, _, counts = merged_dims(index, shape)
@@ -234,7 +236,7 @@ def simplify_access(index: Sequence[Expr], shape: Sequence, ranges: Ranges) -> t
     for position, count in zip(flat, counts):
         at = len(out)
         group = shape[at:at + count]
-        position = simplify_index(position, ranges)
+        position = simplify_index(position, ranges, shapes)
         if count == 1 or _has_division(position) or \
                 not all(isinstance(d, int) and d > 1 for d in group):
             out.extend(simple[at:at + count])
@@ -258,12 +260,6 @@ def _has_division(e: Expr) -> bool:
     from ember.loops.ir import walk_expr
 
     return any(isinstance(x, Binary) and x.op in ("floordiv", "mod") for x in walk_expr(e))
-
-
-def _loads(e: Expr) -> bool:
-    from ember.loops.ir import walk_expr
-
-    return any(isinstance(x, Load) for x in walk_expr(e))
 
 
 COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
@@ -338,9 +334,10 @@ def simplify_kernel(kernel: Kernel) -> Kernel:
                 else:
                     out.append(If(cond, block(s.then, ranges), block(s.orelse, ranges)))
             elif isinstance(s, Prefetch):
-                out.append(Prefetch(s.buffer, simplify_access(s.index, shapes[s.buffer], ranges)))
+                out.append(Prefetch(s.buffer, simplify_access(s.index, shapes[s.buffer], ranges,
+                                                              shapes)))
             else:
-                index = simplify_access(s.index, shapes[s.buffer], ranges) \
+                index = simplify_access(s.index, shapes[s.buffer], ranges, shapes) \
                     if s.buffer in shapes else tuple(simplify_index(i, ranges) for i in s.index)
                 out.append(Store(s.buffer, index, simplify_index(s.value, ranges, shapes)))
         return out

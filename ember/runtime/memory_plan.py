@@ -245,30 +245,25 @@ def _distinct_offsets(buf: Buffer, stores: list[tuple[Store, list[For]]]
     offsets = {id(s): linear_offset(buf, s.index) for s, _ in stores}
     if not stores or any(o is None for o in offsets.values()):
         return None
-    if len(stores) == 1:
-        (store, loops), = stores
-        return offsets if _injective(offsets[id(store)], loops) else None
-    shared = 0  # the loops around every store
+    shared = 0  # the loops around every store (all of one store's)
     while all(len(loops) > shared and loops[shared] is stores[0][1][shared]
               for _, loops in stores):
         shared += 1
     outer = stores[0][1][:shared]
     names = {loop.var.name for loop in outer}
+    within = {v: c for v, c in offsets[id(stores[0][0])].items() if v in names}
     spans = []
     for store, loops in stores:
         offset = offsets[id(store)]
-        if {v: c for v, c in offset.items() if v in names} != \
-                {v: c for v, c in offsets[id(stores[0][0])].items() if v in names}:
-            return None
         inner = {v: c for v, c in offset.items() if v not in names}
         span = _span(inner, loops[shared:])
-        if span is None or not _injective(inner, loops[shared:]):
+        if {v: c for v, c in offset.items() if v in names} != within or span is None or \
+                not _injective(inner, loops[shared:]):
             return None
         spans.append(span)
     spans.sort()
     if any(a[1] >= b[0] for a, b in zip(spans, spans[1:])):
         return None
-    within = {v: c for v, c in offsets[id(stores[0][0])].items() if v in names}
     return offsets if _injective(within, outer, spans[-1][1] - spans[0][0]) else None
 
 

@@ -522,6 +522,25 @@ def packed_a_bytes(target: Target) -> int:
     return min(target.l2_bytes // 4, MOST_PACKED_A_BYTES)
 
 
+def next_panel_prefetches(panels: str, following: Expr, first_row: Expr, rows: int,
+                          width: int, tile: Expr, tiles: int) -> list[Stmt]:
+    """Prefetches of the lines of `rows` rows of packed panel `following` (rows of `width`
+    f32s, from `first_row`), for one step of tile `tile` of `tiles` that read the current
+    panel: the tiles take different lines, tile t every one of the rows' L lines from
+    t * n on (n per step), so that together they fetch all of them, spread over the whole
+    panel's work."""
+    per_line = CACHE_LINE_BYTES // 4
+    per_row = max(1, width // per_line)
+    lines = rows * per_row  # (L)
+    per_step = _ceil(lines, tiles)  # (n)
+    out: list[Stmt] = []
+    for s in range(per_step):
+        line = (tile * per_step + s) % lines if lines > 1 else Const(0)
+        row = first_row if rows == 1 else first_row + line // per_row
+        out.append(Prefetch(panels, (following, row, (line % per_row) * per_line)))
+    return out
+
+
 def _ceil(a: DimLike, b: int) -> DimLike:
     return -(-a // b) if isinstance(a, int) else (a + b - 1) // b
 
@@ -868,23 +887,16 @@ class _Builder:
         return [init, *updates, If(binary("eq", pc, self.npc - 1), write, [save])]
 
     def prefetch_next_panel(self, col: Expr, k: Expr, ir: Expr) -> list[Stmt]:
-        """Prefetches of row k of the panel after the tile's, where B comes packed (a
-        model's weights): the first tile to read a panel would otherwise wait on memory for
-        all of it (BERT's 768x768 weights, 128 rows: 217 GFLOP/s against 262 with them in
-        cache). The block's tiles of the current panel share the lines of the next one,
-        tile ir taking every L-th from line ir * n on (n per k), so that prefetches are
-        spread over the whole panel's work."""
+        """Where B comes packed (a model's weights), prefetches of row k of the panel after
+        the tile's, shared by the block's tiles (`next_panel_prefetches`): the first tile
+        to read a panel would otherwise wait on memory for all of it (BERT's 768x768
+        weights, 128 rows: 217 GFLOP/s against 262 with them in cache)."""
         if not self.b_in_panels:
             return []
-        g = self.g
-        panels = _ceil(g.n, self.nr)
-        lines = max(1, self.nr * 4 // CACHE_LINE_BYTES)  # (L) per row of a panel
+        panels = _ceil(self.g.n, self.nr)
         tiles = max(1, min(self.mcp, _ceil(hint(self.rows), self.mr)))
-        per_k = _ceil(lines, tiles)  # (n)
-        following = _min(col // self.nr + 1, panels - 1)
-        step = CACHE_LINE_BYTES // 4
-        return [Prefetch(g.b.buffer, (following, k, ((ir * per_k + s) % lines) * step))
-                for s in range(per_k)]
+        return next_panel_prefetches(self.g.b.buffer, _min(col // self.nr + 1, panels - 1),
+                                     k, 1, self.nr, ir, tiles)
 
     def result_at(self, batch: Expr, row: Expr, col: Expr, value: Load) -> list[Stmt]:
         """The nest's statements after the sum (its store, or a fused epilogue's), for the

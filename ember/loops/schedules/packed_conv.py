@@ -45,7 +45,6 @@ from ember.loops.ir import (
     For,
     Kernel,
     Load,
-    Prefetch,
     Stmt,
     Store,
     Var,
@@ -54,7 +53,7 @@ from ember.loops.ir import (
     map_expr,
     walk_expr,
 )
-from ember.loops.schedules.gemm import MIN_PARALLEL_FMAS, hint
+from ember.loops.schedules.gemm import MIN_PARALLEL_FMAS, hint, next_panel_prefetches
 from ember.loops.schedules.lanes import serial_unless_vectorizable, vector_loop
 from ember.loops.schedules.names import FreshNames
 from ember.loops.schedules.params import Parameters
@@ -244,8 +243,13 @@ def _packed_tiles(names: FreshNames, nest: WindowNest, panels: int, lanes: int, 
                [For(kw, Const(0), Const(kw_n), [each_row([vector_loop(names, lanes, tap)])], 1,
                     "unrolled" if kw_n <= MAX_UNROLLED_TAPS else "serial")], 1,
                "unrolled" if kh_n * kw_n <= MAX_UNROLLED_TAPS else "serial")
-    ahead = _prefetch_next_panel(w_term.buffer, q, panels, t % tiles, tiles, c,
-                                 kh_n * kw_n, lanes)
+    # Per input channel, the lines of the next panel's rows for it, spread over the
+    # panel's tiles: a small plane has few tiles (7 on a 7x7 plane) to share the first
+    # one's wait on memory for its panel.
+    taps_n = kh_n * kw_n
+    ahead = [] if panels == 1 else next_panel_prefetches(
+        w_term.buffer, binary("min", q + 1, panels - 1), c * taps_n, taps_n, lanes, t % tiles,
+        tiles)
     body = [each_row([zero]), For(c, Const(0), Const(c_in), [*ahead, taps]), each_row([copy]),
             write_back]
     # Tasks write disjoint tiles, which the default schedule cannot see through t's
@@ -273,25 +277,3 @@ def _channel_epilogue(nest: WindowNest) -> Store | None:
         return None
     return Store(last.buffer, last.index, value)
 
-
-def _prefetch_next_panel(weights: str, q: Expr, panels: int, tile: Expr, tiles: int,
-                         c: Var, taps: int, lanes: int) -> list[Stmt]:
-    """Prefetches, per input channel c, of lines of the next panel's rows for c (its taps
-    rows of `lanes` floats), spread over the panel's `tiles` tiles as the matmul's are
-    (`prefetch_next_panel` in gemm.py): the first tile of a panel otherwise waits on memory
-    for all of it, and a small plane has few tiles to share that wait (7 on a 7x7 plane)."""
-    from ember.loops.schedules.gemm import CACHE_LINE_BYTES
-
-    if panels == 1:
-        return []
-    per_line = CACHE_LINE_BYTES // 4
-    per_row = max(1, lanes // per_line)
-    lines = taps * per_row  # of the next panel, per c
-    per_c = -(-lines // tiles)
-    following = binary("min", q + 1, panels - 1)
-    out: list[Stmt] = []
-    for s in range(per_c):
-        line = (tile * per_c + s) % lines if lines > 1 else Const(0)
-        out.append(Prefetch(weights, (following, c * taps + line // per_row,
-                                      (line % per_row) * per_line)))
-    return out
