@@ -19,7 +19,9 @@ lanes: a tile is R output positions by one panel, R * L / lanes register-held ac
 
 The write-back puts positions in the lanes: per output channel, the tile's positions are
 one contiguous store, read from the sums by a gather; the sum reads every operand
-contiguously or as a broadcast. On a small plane (7x7) the implicit GEMM's panels of
+contiguously or as a broadcast. An epilogue that reads nothing by position (a bias, an
+activation) runs in the copy to the sums instead, on whole vectors of channels; the tiles
+of a panel prefetch the next panel's rows for each c (`next_panel_prefetches`). On a small plane (7x7) the implicit GEMM's panels of
 output positions would leave lanes idle; here none are when M is a multiple of L.
 
 The step `packed_conv <outer loop> <R>` applies this to the plain nest that `graph.packed_conv`
