@@ -21,8 +21,9 @@ The write-back puts positions in the lanes: per output channel, the tile's posit
 one contiguous store, read from the sums by a gather; the sum reads every operand
 contiguously or as a broadcast. An epilogue that reads nothing by position (a bias, an
 activation) runs in the copy to the sums instead, on whole vectors of channels; the tiles
-of a panel prefetch the next panel's rows for each c (`next_panel_prefetches`). On a small plane (7x7) the implicit GEMM's panels of
-output positions would leave lanes idle; here none are when M is a multiple of L.
+of a panel prefetch the next panel's rows for each c (`next_panel_prefetches`). On a
+small plane (7x7) the implicit GEMM's panels of output positions would leave lanes idle;
+here none are when M is a multiple of L.
 
 The step `packed_conv <outer loop> <R>` applies this to the plain nest that `graph.packed_conv`
 lowers to (a window nest with no padding whose filter is read from panels,
