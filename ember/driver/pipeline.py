@@ -52,6 +52,7 @@ from ember.runtime.cache import (
 from ember.runtime.executable import Artifact, Executable
 from ember.target import Target
 from ember.util.files import write_atomically
+from ember.util.memory import compile_allocations
 
 _MEMORY = MemoryCache()
 stats = CacheStats()  # hits and builds of this process, for tests and explain
@@ -202,6 +203,7 @@ def reproduced(stage: str, graph: Graph, replay: str):
         raise CompileError(f"{stage} failed: {what}\n  reproducer: {path}") from e
 
 
+@compile_allocations()
 def build(graph: Graph, config: Config) -> Artifact:
     """Every stage, from a graph to object code (the cold path)."""
     from ember.loops.analysis import copies_onto_itself
