@@ -249,6 +249,59 @@ def test_a_path_through_an_outside_op_is_a_cycle() -> None:
     assert "cycle" in decision.reason or "no producers" in decision.reason
 
 
+def test_a_path_through_another_group_is_a_cycle() -> None:
+    """Each group alone is convex, yet together they would read each other: b1 -> m ->
+    a2, and a1 -> b2. Fused, {a1, a2} and {b1, b2} would each wait for the other."""
+    b = Builder("g")
+    x, w = b.input("x", "f32", (4, 4)), b.input("w", "f32", (4, 4))
+    a1 = b.exp(x)
+    b1 = b.neg(x)
+    m = b.matmul(b1, w)
+    a2 = b.add(a1, m)
+    b2 = b.mul(b1, a1)
+    b.output(a2, b2)
+    graph = b.build()
+    planner = _planner(graph)
+    op_a1, op_b1, _, op_a2, op_b2 = graph.ops
+    assert planner.can_fuse(planner.group_of[op_a1], planner.group_of[op_a2])
+    planner.merge(planner.group_of[op_a1], planner.group_of[op_a2])
+    decision = planner.can_fuse(planner.group_of[op_b1], planner.group_of[op_b2])
+    assert not decision and "cycle" in decision.reason
+
+
+def test_groups_around_an_if_fuse_without_a_cycle() -> None:
+    """Found by test_passes_preserve_values (fuse alone, before dce): the group that reads
+    the `if`'s result also feeds the group that computes its condition."""
+    text = """
+graph @g(%x: f32[]) -> (f32[]) {
+  %0 = graph.add %x, %x : f32[]
+  %1 = graph.cast %x {to = f16} : f16[]
+  %2 = graph.cast %1 {to = f32} : f32[]
+  %3 = graph.cast %x {to = f16} : f16[]
+  %4 = graph.cast %3 {to = f32} : f32[]
+  %5 = graph.reduce_sum %x {axes = []} : f32[]
+  %6 = graph.constant {value = dense<f32[] [0.0]>} : f32[]
+  %7 = graph.gt %5, %6 : bool[]
+  %8 = graph.if %7 : f32[] {
+    %9 = graph.neg %x : f32[]
+    yield %9
+  } {
+    %10 = graph.constant {value = dense<f32[] [0.5]>} : f32[]
+    %11 = graph.mul %x, %10 : f32[]
+    %12 = graph.neg %11 : f32[]
+    yield %12
+  }
+  %13 = graph.lt %0, %8 : bool[]
+  %14 = graph.where %13, %0, %8 : f32[]
+  %15 = graph.add %x, %0 : f32[]
+  return %x
+}"""
+    fused = run_passes(parse_graph(text), ["fuse"], verify_each=True)
+    assert fused_ops(fused)  # (it still fuses: just not into two groups that wait on each other)
+    x = np.array(0.125, np.float32)
+    np.testing.assert_array_equal(interpret(fused, [x])[0], x)
+
+
 def test_fuel_caps_the_merges(monkeypatch) -> None:
     graph, _ = elementwise_chain()
     text = print_graph(graph)

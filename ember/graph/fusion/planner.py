@@ -5,11 +5,11 @@ A group starts as one op. Every producer-consumer edge between fusable ops is a 
 worth the bytes of the value that would stop crossing memory; so is every pair of
 injective groups that read the same value (siblings: one nest reads it once). Candidates
 are tried epilogues first (edges out of a contraction or reduction), then from the most
-bytes down; a merge is accepted when the union still lowers to
-one kernel (`classify`), inlining recomputes nothing expensive, and no path leaves the
-union and comes back (which would make the fused op depend on itself). Merging can make
-an earlier refusal legal (a value whose last outside user joined), so the sweep repeats
-until nothing changes.
+bytes down; a merge is accepted when the union still lowers to one kernel (`classify`),
+inlining recomputes nothing expensive, and no path leaves the union and comes back,
+through other ops or through other groups (which would make the fused op depend on
+itself). Merging can make an earlier refusal legal (a value whose last outside user
+joined), so the sweep repeats until nothing changes.
 
 `EMBER_FUSION_FUEL=N` stops after N merges, to bisect a wrong fusion.
 """
@@ -63,6 +63,7 @@ class FusionPlanner:
         self.escaping = set(region.outputs)
         self.group_of: dict[Op, Group] = {op: Group([op]) for op in region.ops
                                           if category(op) != "opaque"}
+        self.merged: list[Group] = []  # the groups of two or more ops, made by merges
         self.fuel = fuel
         self.merges = 0
         self.log: list[tuple[str, Decision]] = []
@@ -92,21 +93,33 @@ class FusionPlanner:
         return Decision(plan, bytes_saved=saved)
 
     def creates_cycle(self, members: set[Op]) -> bool:
-        """Whether an op outside `members` both depends on them and feeds them."""
+        """Whether a path leaves `members` and comes back: through ops outside them, or
+        through another group, which becomes one op too (entered at any of its members, it
+        is left from any)."""
         last = max(self.position[op] for op in members)
+        # A path only moves forward in program order, except across another group: only a
+        # group with members on both sides of `last` can carry it back, so the search ends
+        # past the last member of any such group.
+        bound = last
+        for group in self.merged:
+            if group.ops[0] not in members and self.position[group.ops[0]] <= last \
+                    < self.position[group.ops[-1]]:
+                bound = max(bound, self.position[group.ops[-1]])
         stack = [u for op in members for r in op.results for u in self.users.get(r, ())
                  if u not in members]
         seen: set[Op] = set()
         while stack:
             op = stack.pop()
-            if op in seen or self.position[op] > last:
+            if op in seen or self.position[op] > bound:
                 continue
-            seen.add(op)
-            for r in op.results:
-                for user in self.users.get(r, ()):
-                    if user in members:
-                        return True
-                    stack.append(user)
+            group = self.group_of.get(op)
+            for mate in group.ops if group is not None else (op,):
+                seen.add(mate)
+                for r in mate.results:
+                    for user in self.users.get(r, ()):
+                        if user in members:
+                            return True
+                        stack.append(user)
         return False
 
     # -- the search ----------------------------------------------------------------------------
@@ -153,6 +166,7 @@ class FusionPlanner:
         merged = Group(sorted(a.members | b.members, key=self.position.__getitem__))
         for op in merged.ops:
             self.group_of[op] = merged
+        self.merged = [g for g in self.merged if g is not a and g is not b] + [merged]
         self.merges += 1
 
     def groups(self) -> list[list[Op]]:
