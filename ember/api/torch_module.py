@@ -37,6 +37,7 @@ from ember.graph.bind import graph_symbols, specialize
 from ember.graph.ir import Graph
 from ember.graph.symbolic import Dim, SymbolicShapeError, symbol
 from ember.util.keys import digests_known
+from ember.util.memory import compiling
 
 _MISSING = object()
 
@@ -95,6 +96,7 @@ class CompiledModule:
                 return runner
         return None
 
+    @compiling()
     def _build(self, args: tuple, kwargs: dict) -> Any:
         if self._dynamo is not None:
             return self._dynamo

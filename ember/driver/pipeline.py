@@ -52,7 +52,7 @@ from ember.runtime.cache import (
 from ember.runtime.executable import Artifact, Executable
 from ember.target import Target
 from ember.util.files import write_atomically
-from ember.util.memory import compile_allocations
+from ember.util.memory import compiling
 
 _MEMORY = MemoryCache()
 stats = CacheStats()  # hits and builds of this process, for tests and explain
@@ -203,7 +203,6 @@ def reproduced(stage: str, graph: Graph, replay: str):
         raise CompileError(f"{stage} failed: {what}\n  reproducer: {path}") from e
 
 
-@compile_allocations()
 def build(graph: Graph, config: Config) -> Artifact:
     """Every stage, from a graph to object code (the cold path)."""
     from ember.loops.analysis import copies_onto_itself
@@ -271,6 +270,7 @@ def _json_size(size) -> int | str:
     return size if isinstance(size, int) else str(size)
 
 
+@compiling()
 def compile_graph(graph: Graph, config: Config | None = None) -> Executable:
     """`graph` compiled for the config's target (default: this machine), from the caches
     when it was compiled before."""
@@ -291,6 +291,7 @@ def clear_memory_cache() -> None:
     _MEMORY = MemoryCache()
 
 
+@compiling()
 def load_cached(key: str, config: Config | None = None) -> Executable | None:
     """The executable cached under `key`, from memory or disk, or None: no stage runs."""
     backend = backend_for(resolve(config or Config()).target)

@@ -35,7 +35,7 @@ from ember.frontends.onnx.context import (
 from ember.graph.builder import Builder, located
 from ember.graph.ir import Graph, Value, sanitize_name
 from ember.graph.symbolic import symbol
-from ember.util.memory import compile_allocations
+from ember.util.memory import compiling
 
 Scope = ChainMap  # ONNX name -> Value, with the enclosing graphs' names behind
 
@@ -125,7 +125,7 @@ class Importer:
         self._input_names: dict[Value, str] = {}
 
     # -- entry ------------------------------------------------------------------------------
-    @compile_allocations()
+    @compiling()
     def run(self) -> Graph:
         graph = self.model.graph
         self.check_supported()

@@ -19,8 +19,10 @@ from torch.export.graph_signature import InputKind, OutputKind
 from ember.errors import EmberError, UnsupportedOpError
 from ember.frontends.torch.fx_importer import import_fx, unsupported_nodes
 from ember.graph.ir import Graph, sanitize_name
+from ember.util.memory import compiling
 
 
+@compiling()
 def capture_program(module: torch.nn.Module, args: Sequence[Any], kwargs: dict | None = None,
                     dynamic: Any = None) -> tuple[torch.export.ExportedProgram, Any]:
     """`module` exported in eval mode without gradients, to functional ATen ops that the

@@ -33,7 +33,7 @@ from ember.frontends.torch.context import (
 from ember.graph.builder import Builder, located
 from ember.graph.ir import Graph, Value, may_update_in_place
 from ember.graph.symbolic import Dim, size_bounds
-from ember.util.memory import compile_allocations
+from ember.util.memory import compiling
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)')
 
@@ -103,7 +103,7 @@ def import_fx_writing(gm: torch.fx.GraphModule,
     return graph, writes
 
 
-@compile_allocations()
+@compiling()
 def import_fx_with_sizes(gm: torch.fx.GraphModule,
                          constants: Mapping[str, torch.Tensor] | None = None,
                          name: str = "main", bounded: bool = True
