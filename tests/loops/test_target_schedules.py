@@ -12,10 +12,12 @@ import numpy as np
 import pytest
 
 import ember
+from ember import parse_graph, print_graph
 from ember.codegen.cpu import llvm_ir_text
 from ember.codegen.llvm import program_module
 from ember.driver.pipeline import lower_to_program
 from ember.dtypes import DType
+from ember.graph.symbolic import symbol
 from ember.loops.ir import Const, Fma, For, Kernel, Stmt, Store
 from ember.loops.lower import lower_graph
 from ember.loops.schedule import schedule_program
@@ -26,6 +28,7 @@ from ember.loops.schedules.gemm import (
     default_tile,
     matrix_tile,
     matvec_width,
+    pass_depth,
     register_tile,
     tile_rows,
     tile_vectors,
@@ -287,3 +290,39 @@ def test_preset_gemm_rows_and_blocks_derive_from_its_caches(name) -> None:
     assert blocks["mc"] % mr == 0 and blocks["nc"] % nr == 0
     assert matrix_tile(target, 1024, 4096) == GemmSchedule(mr=mr, nr=nr, parallel=target.cores,
                                                             **blocks)
+
+
+@pytest.mark.parametrize("name", PRESET_BLOCKS)
+def test_preset_pass_depth_keeps_b_in_l1_while_a_stays_in_l2(name) -> None:
+    """pass_depth: passes that keep a panel's block of B in half of L1 when all of A fits in
+    half of L2 (a transformer projection of 50 rows, K = 768); one pass of all K when A is
+    larger (1024 x 1024), K is that shallow already, or the rows are known only at call
+    time."""
+    target = Target.named(name)
+    schedule = matrix_tile(target, 50)
+    in_l1 = target.l1d_bytes // 2 // (4 * schedule.nr)
+    assert 16 <= in_l1 < 768 and 4 * in_l1 * schedule.nr <= target.l1d_bytes // 2
+    assert pass_depth(schedule, target, 50, 768) == in_l1
+    assert pass_depth(schedule, target, 1024, 1024) == schedule.kc
+    assert schedule.kc == cache_blocks(target, schedule.mr, schedule.nr)["kc"]
+    assert pass_depth(schedule, target, 50, in_l1) == schedule.kc
+    assert pass_depth(schedule, target, symbol("rows"), 768) == schedule.kc  # (any size)
+
+
+@runs_here
+def test_matmul_in_passes_of_the_l1s_depth_matches_numpy() -> None:
+    """A projection whose A stays in L2 (50 rows), by constant weights packed at compile
+    time, with a depth that no pass divides and a last panel of a few columns: summed in
+    passes of the L1's depth, it gives NumPy's."""
+    m, k, n = 50, 770, 200
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    w = RNG.standard_normal((k, n)).astype(np.float32)
+    b = ember.Builder("projection")
+    b.output(b.matmul(b.input("x", "f32", (m, k)), b.constant(w)))
+    graph, config = b.build(), ember.Config(executor="cpu", disk_cache=False)
+    schedules: dict = {}
+    lower_to_program(parse_graph(print_graph(graph)), config, {}, schedules)
+    (chosen,) = [v["schedule"] for key, v in schedules.items() if key.startswith("gemm/")]
+    assert chosen["kc"] < k  # (in passes)
+    got, = ember.compile(graph, config=config)(x)
+    np.testing.assert_allclose(got, x.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)

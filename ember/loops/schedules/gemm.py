@@ -288,7 +288,24 @@ def default_gemm_schedule(g: Gemm, target: Target) -> GemmSchedule:
     """The schedule a matmul gets on `target` (a tuned compile asks the database first)."""
     rows = g.m * math.prod(e for _, e in g.batch) if folds_batches(g) else g.m
     schedule = default_tile(g.m, bool(g.batch), g.n, target, size_hint(rows), a_row_pitch(g))
-    return dataclasses.replace(schedule, nc=block_columns(schedule, g.depth, g.n))
+    return dataclasses.replace(schedule, nc=block_columns(schedule, g.depth, g.n),
+                               kc=pass_depth(schedule, target, rows, g.depth))
+
+
+def pass_depth(schedule: GemmSchedule, target: Target, rows: DimLike, depth: DimLike) -> int:
+    """The most k of one pass (kc): `schedule.kc` (all of K, `cache_blocks`) unless A, all
+    its rows (known at compile time: code for every size is one code whatever they turn
+    out to be), stays in half of L2 beside B's block. Then a pass is as deep as keeps a
+    panel's block of B (kc x nr) in half of L1, where every row tile reads it instead of
+    from L2; A's shorter runs come from L2. Transformer projections of 32-64 rows (K = 768
+    and 3072, weights from memory) ran 1.1-1.2x faster on 2 threads and 1.2x on 1; at 1024
+    rows, whose A streams from L3, passes of the L1's depth ran 0.9x (Sapphire Rapids,
+    docs/benchmarks.md, stop 47)."""
+    in_l1 = max(1, target.l1d_bytes // 2 // (4 * schedule.nr))
+    if not isinstance(rows, int) or 4 * rows * hint(depth) > target.l2_bytes // 2 \
+            or hint(depth) <= in_l1:
+        return schedule.kc
+    return in_l1
 
 
 def block_columns(schedule: GemmSchedule, depth: DimLike, n: int) -> int:
