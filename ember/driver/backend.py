@@ -70,11 +70,12 @@ class CpuBackend(Backend):
         # images (an implicit GEMM per image), explicit conv padding
         # after `canonicalize` absorbs pads into convs, packed conv weights once the convs
         # have no padding, and packed matmul weights (dce drops the unpacked ones).
-        # Winograd's convs come before the padding: they pad their input themselves.
+        # Winograd's convs come before the padding (they pad their input themselves) and
+        # the groups as images (grouped 3x3 convs are Winograd's too).
         # Indices and integer divisors are checked at run time (the entry returns a status).
-        names = ["check_values", "convs_2d", "group_convs"] + \
+        names = ["check_values", "convs_2d"] + \
             (["winograd_convs"] if config.winograd else []) + \
-            ["pad_convs", "pack_convs", "pack_matmuls"]
+            ["group_convs", "pad_convs", "pack_convs", "pack_matmuls"]
         return [self.configure(get_pass(name)) for name in names]
 
     def configure(self, graph_pass: GraphPass) -> GraphPass:

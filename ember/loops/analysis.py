@@ -215,17 +215,20 @@ def identity_copy(kernel: Kernel) -> tuple[str, str] | None:
     if len(kernel.params) != 2 or kernel.locals:
         return None
     stores = [s for s in walk_stmts(kernel.body) if isinstance(s, Store)]
-    if len(stores) != 1:
+    if not stores:
         return None
-    store, (a, b) = stores[0], kernel.params
-    out, src = (a, b) if store.buffer == a.name else (b, a)
-    value = store.value
-    if not (isinstance(value, Load) and value.buffer == src.name and store.buffer == out.name
-            and src.dtype is out.dtype):
+    a, b = kernel.params
+    out, src = (a, b) if stores[0].buffer == a.name else (b, a)
+    if src.dtype is not out.dtype:
         return None
-    offset = linear_offset(out, store.index)
-    if offset is None or offset != linear_offset(src, value.index):
-        return None
+    for store in stores:  # (a vectorized loop's blocks and its tail store alike)
+        value = store.value
+        if not (isinstance(value, Load) and value.buffer == src.name
+                and store.buffer == out.name):
+            return None
+        offset = linear_offset(out, store.index)
+        if offset is None or offset != linear_offset(src, value.index):
+            return None
     return out.name, src.name
 
 

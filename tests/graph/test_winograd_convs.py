@@ -101,8 +101,38 @@ def test_convs_become_winograd_and_match_the_interpreter(x_shape, m, attrs, epil
                        for k in kernels), kernels
 
 
+@pytest.mark.parametrize("x_shape, m, groups, epilogue, tile", [
+    ((1, 128, 16, 16), 128, 2, "relu", 2),  # RegNet's: 64 channels a group
+    ((2, 96, 13, 11), 96, 3, "residual", 2),  # 32 a group, a batch, half-outside tiles
+    ((1, 96, 28, 28), 192, 3, "", 4),  # 32 in and 64 out a group, 4x4 tiles
+])
+def test_grouped_convs_become_a_product_per_point_and_group(x_shape, m, groups, epilogue,
+                                                            tile) -> None:
+    """A grouped conv's Winograd products are one batched matmul over (point, group):
+    [P', G, M/G, C/G] x [P', G, C/G, T], V and the products reshaped (renamed) around it."""
+    w, bias = data(m, x_shape[1] // groups, 3, 3) / 10, data(m)
+    graph = conv_graph(x_shape, w, bias, epilogue, pads=(1, 1, 1, 1), groups=groups)
+    rewritten = run_passes(graph, ["winograd_convs", "dce"])
+    assert "conv" not in op_names(rewritten)
+    (matmul,) = [op for op in rewritten.walk() if op.name == "matmul"]
+    filters = constant_value(rewritten, matmul.operands[0])
+    points = (tile + 2) ** 2
+    assert filters.shape == (points, groups, m // groups, x_shape[1] // groups)
+    np.testing.assert_allclose(filters.reshape(points, m, -1), winograd_weights(w, tile))
+    args = [data(*x_shape)] + ([data(*graph.outputs[0].shape)] if epilogue == "residual"
+                               else [])
+    compiled = ember.compile(graph, config=CPU)
+    np.testing.assert_allclose(compiled(*args)[0], interpret(graph, args)[0], rtol=1e-4,
+                               atol=1e-4)
+    # The reshapes around the matmul rename its operand and result in place: no calls.
+    kernels = [k.name for k in explain(compiled, measure=False).kernels]
+    assert not any("reshape" in k and "winograd" not in k for k in kernels), kernels
+
+
 @pytest.mark.parametrize("x_shape, w_shape, attrs, kwargs, why", [
     ((1, 64, 16, 16), (64, 64, 3, 3), {"strides": (2, 2)}, {}, "stride 2"),
+    ((1, 64, 16, 16), (64, 16, 3, 3), {"groups": 4}, {}, "16 input channels a group"),
+    ((1, 64, 16, 16), (32, 32, 3, 3), {"groups": 2}, {}, "16 output channels a group"),
     ((1, 64, 16, 16), (64, 64, 3, 3), {"dilations": (2, 2)}, {}, "dilated"),
     ((1, 64, 16, 16), (64, 64, 1, 1), {}, {}, "a 1x1 conv"),
     ((1, 16, 16, 16), (64, 16, 3, 3), {}, {}, "16 input channels: small products"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -260,6 +261,20 @@ program @main {
     x = np.arange(16, dtype=np.float32).reshape(2, 8)
     (y,) = compile_program(program, Target.host(), plan)(x)
     np.testing.assert_array_equal(y, -2 * x.reshape(4, 4))
+
+
+def test_a_copy_in_vector_blocks_and_a_tail_is_an_identity_copy() -> None:
+    """A vectorized reshape's copy stores twice (its blocks and its tail): each store
+    copies an element to the offset it comes from, so the kernel is still an identity
+    copy; a store of a value that is not a load, or of another element, is not."""
+    from ember.loops.analysis import identity_copy
+
+    copy = BLOCKS_AND_TAIL.replace("TAIL", "1").replace("neg(", "add(0.0:f32, ")
+    assert identity_copy(parse_kernel(copy)) is None  # (the add: not a load)
+    copy = re.sub(r"add\(0\.0:f32, (%x\[.*\])\)$", r"\1", copy, flags=re.M)
+    assert identity_copy(parse_kernel(copy)) == ("out", "x")
+    shifted = copy.replace("%x[%c, floordiv(add(%l, 48), 7)", "%x[%c, floordiv(add(%l, 47), 7)")
+    assert identity_copy(parse_kernel(shifted)) is None
 
 
 def test_declared_inplace_pairs_are_checked_and_respected() -> None:
