@@ -22,6 +22,8 @@ from ember.loops.ir import Const, Fma, For, Kernel, Stmt, Store
 from ember.loops.lower import lower_graph
 from ember.loops.schedule import schedule_program
 from ember.loops.schedules.gemm import (
+    A_REUSE_PANELS,
+    NC_COLUMNS,
     GemmSchedule,
     cache_blocks,
     conv_tile,
@@ -293,20 +295,40 @@ def test_preset_gemm_rows_and_blocks_derive_from_its_caches(name) -> None:
 
 
 @pytest.mark.parametrize("name", PRESET_BLOCKS)
-def test_preset_pass_depth_keeps_b_in_l1_while_a_stays_in_l2(name) -> None:
-    """pass_depth: passes that keep a panel's block of B in half of L1 when all of A fits in
-    half of L2 (a transformer projection of 50 rows, K = 768); one pass of all K when A is
-    larger (1024 x 1024), K is that shallow already, or the rows are known only at call
-    time."""
+def test_preset_pass_depth_keeps_b_in_l1(name) -> None:
+    """pass_depth: passes that keep a panel's block of B in half of L1 (a transformer
+    projection of 50 rows, K = 768; 1024 x 1024); one pass of all K when K is that shallow
+    already, or the rows are known only at call time."""
     target = Target.named(name)
     schedule = matrix_tile(target, 50)
     in_l1 = target.l1d_bytes // 2 // (4 * schedule.nr)
     assert 16 <= in_l1 < 768 and 4 * in_l1 * schedule.nr <= target.l1d_bytes // 2
     assert pass_depth(schedule, target, 50, 768) == in_l1
-    assert pass_depth(schedule, target, 1024, 1024) == schedule.kc
+    assert pass_depth(schedule, target, 1024, 1024) == in_l1
     assert schedule.kc == cache_blocks(target, schedule.mr, schedule.nr)["kc"]
     assert pass_depth(schedule, target, 50, in_l1) == schedule.kc
     assert pass_depth(schedule, target, symbol("rows"), 768) == schedule.kc  # (any size)
+
+
+@pytest.mark.parametrize("name", PRESET_BLOCKS)
+@pytest.mark.parametrize("rows", [50, 256])
+def test_a_larger_than_half_of_l2_serves_several_panels_a_pass(name, rows) -> None:
+    """In passes, a block of columns is A_REUSE_PANELS panels or more where A (rows x K)
+    fills more than half of L2, so that each pass's slice of A, read from L3, serves
+    them all; A in L2 keeps the narrower blocks (NC_COLUMNS)."""
+    target = Target.named(name)
+    k, n = target.l2_bytes // 4 // 200, 2048  # A of 50 rows: a quarter of L2; 256: 1.28x
+    b = ember.Builder("projection")
+    b.output(b.matmul(b.input("x", "f32", (rows, k)), b.constant(np.ones((k, n), np.float32))))
+    schedules: dict = {}
+    lower_to_program(b.build(), ember.Config(executor="cpu", target=target), {}, schedules)
+    (chosen,) = [v["schedule"] for key, v in schedules.items() if key.startswith("gemm/")]
+    nr = chosen["nr"]
+    assert chosen["kc"] == target.l1d_bytes // 2 // (4 * nr)
+    if rows * k * 4 > target.l2_bytes // 2:
+        assert chosen["nc"] >= A_REUSE_PANELS * nr
+    else:
+        assert chosen["nc"] == nr * max(1, round(NC_COLUMNS / nr))
 
 
 @runs_here

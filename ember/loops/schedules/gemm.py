@@ -288,22 +288,31 @@ def default_gemm_schedule(g: Gemm, target: Target) -> GemmSchedule:
     """The schedule a matmul gets on `target` (a tuned compile asks the database first)."""
     rows = g.m * math.prod(e for _, e in g.batch) if folds_batches(g) else g.m
     schedule = default_tile(g.m, bool(g.batch), g.n, target, size_hint(rows), a_row_pitch(g))
-    return dataclasses.replace(schedule, nc=block_columns(schedule, g.depth, g.n),
-                               kc=pass_depth(schedule, target, rows, g.depth))
+    kc = pass_depth(schedule, target, rows, g.depth)
+    nc = block_columns(schedule, g.depth, g.n)
+    if kc < schedule.kc and 4 * rows * hint(g.depth) > target.l2_bytes // 2:
+        nc = max(nc, schedule.nr * A_REUSE_PANELS)
+    return dataclasses.replace(schedule, nc=nc, kc=kc)
+
+
+# Panels of B that each pass's slice of A serves, at least, when A is larger than half of
+# L2: the slice streams from L3 once per column block.
+A_REUSE_PANELS = 4
 
 
 def pass_depth(schedule: GemmSchedule, target: Target, rows: DimLike, depth: DimLike) -> int:
-    """The most k of one pass (kc): `schedule.kc` (all of K, `cache_blocks`) unless A, all
-    its rows (known at compile time: code for every size is one code whatever they turn
-    out to be), stays in half of L2 beside B's block. Then a pass is as deep as keeps a
-    panel's block of B (kc x nr) in half of L1, where every row tile reads it instead of
-    from L2; A's shorter runs come from L2. Transformer projections of 32-64 rows (K = 768
-    and 3072, weights from memory) ran 1.1-1.2x faster on 2 threads and 1.2x on 1; at 1024
-    rows, whose A streams from L3, passes of the L1's depth ran 0.9x (Sapphire Rapids,
-    docs/benchmarks.md, stop 47)."""
+    """The most k of one pass (kc): as deep as keeps a panel's block of B (kc x nr) in half
+    of L1, where every row tile reads it instead of from L2; `schedule.kc` (all of K,
+    `cache_blocks`) when K is that shallow already or A's rows are known only at call time
+    (code for every size is one code whatever they turn out to be). Where A's rows fill
+    more than half of L2, a block of columns is several panels (A_REUSE_PANELS), so
+    that a pass's slice of A, read from L3, serves them all from L2. Transformer
+    projections of 32-64 rows (K = 768 and 3072, weights from memory) ran 1.1-1.2x faster
+    on 2 threads and 1.2x on 1 (stop 47); 128-197 rows by K = 3072 1.15x on 1 and 2
+    threads, with four panels a block; 1024^3 the same (Sapphire Rapids,
+    docs/benchmarks.md, stop 48)."""
     in_l1 = max(1, target.l1d_bytes // 2 // (4 * schedule.nr))
-    if not isinstance(rows, int) or 4 * rows * hint(depth) > target.l2_bytes // 2 \
-            or hint(depth) <= in_l1:
+    if not isinstance(rows, int) or hint(depth) <= in_l1:
         return schedule.kc
     return in_l1
 
