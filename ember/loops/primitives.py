@@ -599,8 +599,9 @@ PRIMITIVES: dict[str, tuple[Callable[..., Kernel], tuple[str, ...]]] = {
     # ember/loops/schedules/conv.py).
     "conv_gemm": (conv_gemm, ("loop", "int", "int", "int", "int", "int", "int", "int")),
     # A plain conv nest whose filter is in panels of output channels, the channels in the
-    # lanes (ember/loops/schedules/packed_conv.py).
-    "packed_conv": (packed_conv, ("loop", "int")),
+    # lanes (rows, input channels a pass, groups of a panel's tiles;
+    # ember/loops/schedules/packed_conv.py).
+    "packed_conv": (packed_conv, ("loop", "int", "int", "int")),
     # A plain 2-D pool nest as vectors of output columns (lanes chains;
     # ember/loops/schedules/pool.py).
     "pool": (pool, ("loop", "int", "int")),

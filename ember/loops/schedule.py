@@ -225,7 +225,8 @@ def _choices(parameters: Parameters) -> dict[str, tuple[int, ...]]:
 NEST_CLASSES = (
     NestClass("packed_conv", packed_conv_schedules.nests,
               packed_conv_schedules.default_parameters,
-              lambda target: _choices(packed_conv_schedules.PARAMETERS)),
+              lambda target: _choices(packed_conv_schedules.PARAMETERS),
+              packed_conv_schedules.step_arguments),
     NestClass("conv_gemm", conv_schedules.nests, conv_schedules.default_parameters,
               lambda target: _choices(conv_schedules.parameters(target)),
               conv_schedules.step_arguments),

@@ -131,6 +131,8 @@ def test_weights_given_at_call_time_are_not_packed() -> None:
 
 
 def test_packed_conv_nest_keeps_a_register_tile_and_turns_it_once_per_tile() -> None:
+    """(Its sum in passes of 128 channels: the panel's 256 do not fit half of a 32 KiB
+    L1.)"""
     graph = run_passes(conv_graph((1, 256, 7, 7), data(64, 256, 1, 1)), ["pack_convs", "dce"])
     avx512 = Target.named("znver4")  # panels of 2 vectors by up to 8 positions
     (kernel,) = schedule_program(lower_graph(graph, target=avx512), avx512).kernels
@@ -142,11 +144,39 @@ def test_packed_conv_nest_keeps_a_register_tile_and_turns_it_once_per_tile() -> 
     (store,) = [s for s in loops if isinstance(s, Store) and s.buffer == "y0"]
     (lanes,) = [s for s in vectorized if store in list(walk_stmts(s.body))]
     assert access_kind(store.index, lanes.var.name, kernel.buffer("y0").shape) == "contiguous"
-    assert [b.shape for b in kernel.locals] == [(7, 32), (7, 32)]  # accumulators, sums
-    # One outer loop over tasks (2 panels of 32 channels x 7 tiles of 7 positions), run by
-    # a team: 800K multiply-adds.
+    # Accumulators, sums, and the partial sums of a task's 2 tiles between passes.
+    assert [b.shape for b in kernel.locals] == [(7, 32), (7, 32), (2, 7, 32)]
+    # One outer loop over tasks (2 panels of 32 channels x 4 groups of the 7 tiles of 7
+    # positions, for the preset's 8 cores), run by a team: 800K multiply-adds.
     task = kernel.body[0]
-    assert isinstance(task, For) and int(task.stop.value) == 14 and task.kind == "parallel"
+    assert isinstance(task, For) and int(task.stop.value) == 8 and task.kind == "parallel"
+
+
+@pytest.mark.parametrize("channels, groups", [(0, 1), (96, 1), (100, 2), (256, 3), (7, 5)])
+def test_a_packed_conv_in_passes_of_input_channels_keeps_its_values(channels,
+                                                                      groups) -> None:
+    """Passes of `channels` input channels (0: one; 100 leaves a pass of 56; 256, all of
+    them, one) and a panel's 5 tiles in `groups` tasks (2: of 3 and 2 tiles), compiled:
+    the graph interpreter's values."""
+    from dataclasses import replace
+
+    from ember.loops.primitives import Step
+    from ember.loops.schedules import packed_conv as pc
+    from ember.runtime.executable import compile_program
+    from ember.runtime.memory_plan import plan_memory
+
+    graph = conv_graph((1, 256, 5, 5), data(32, 256, 1, 1), data(32), "relu6")
+    program = lower_graph(run_passes(graph, ["pack_convs", "dce", "fuse"]), target=HOST)
+    (kernel,) = program.kernels
+    ((loop, _),) = pc.nests(kernel)
+    scheduled = Step("packed_conv", (loop, 6, channels, groups)).apply(kernel)
+    passes = [s for s in walk_stmts(scheduled.body) if isinstance(s, For)
+              and s.var.name.startswith("pass")]
+    assert len(passes) == (0 if channels in (0, 256) else 1)
+    program = replace(program, kernels=[scheduled])
+    x = data(1, 256, 5, 5)
+    (got,) = compile_program(program, HOST, plan_memory(program))(x)
+    np.testing.assert_allclose(got, interpret(graph, [x])[0], rtol=1e-4, atol=1e-4)
 
 
 def test_the_tiles_of_a_panel_prefetch_the_next_panels_rows() -> None:
