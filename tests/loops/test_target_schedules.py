@@ -298,13 +298,16 @@ def test_preset_gemm_rows_and_blocks_derive_from_its_caches(name) -> None:
 def test_preset_pass_depth_keeps_b_in_l1(name) -> None:
     """pass_depth: passes that keep a panel's block of B in half of L1 (a transformer
     projection of 50 rows, K = 768; 1024 x 1024); one pass of all K when K is that shallow
-    already, or the rows are known only at call time."""
+    already, A is larger than the cores' L2s together, or the rows are known only at call
+    time."""
     target = Target.named(name)
     schedule = matrix_tile(target, 50)
     in_l1 = target.l1d_bytes // 2 // (4 * schedule.nr)
     assert 16 <= in_l1 < 768 and 4 * in_l1 * schedule.nr <= target.l1d_bytes // 2
     assert pass_depth(schedule, target, 50, 768) == in_l1
     assert pass_depth(schedule, target, 1024, 1024) == in_l1
+    beyond = target.cores * target.l2_bytes // (4 * 1024) + 1  # rows of A beyond the L2s
+    assert pass_depth(schedule, target, beyond, 1024) == schedule.kc
     assert schedule.kc == cache_blocks(target, schedule.mr, schedule.nr)["kc"]
     assert pass_depth(schedule, target, 50, in_l1) == schedule.kc
     assert pass_depth(schedule, target, symbol("rows"), 768) == schedule.kc  # (any size)

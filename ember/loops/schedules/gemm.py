@@ -304,15 +304,18 @@ def pass_depth(schedule: GemmSchedule, target: Target, rows: DimLike, depth: Dim
     """The most k of one pass (kc): as deep as keeps a panel's block of B (kc x nr) in half
     of L1, where every row tile reads it instead of from L2; `schedule.kc` (all of K,
     `cache_blocks`) when K is that shallow already or A's rows are known only at call time
-    (code for every size is one code whatever they turn out to be). Where A's rows fill
-    more than half of L2, a block of columns is several panels (A_REUSE_PANELS), so
-    that a pass's slice of A, read from L3, serves them all from L2. Transformer
-    projections of 32-64 rows (K = 768 and 3072, weights from memory) ran 1.1-1.2x faster
-    on 2 threads and 1.2x on 1 (stop 47); 128-197 rows by K = 3072 1.15x on 1 and 2
-    threads, with four panels a block; 1024^3 the same (Sapphire Rapids,
-    docs/benchmarks.md, stop 48)."""
+    (code for every size is one code whatever they turn out to be), or A is larger than
+    the cores' L2s together (its rows then stream from L3 or memory, and a pass would cut
+    each row's run into short ones). Where A's rows fill more than half of L2, a block of
+    columns is several panels (A_REUSE_PANELS), so that a pass's slice of A, read from
+    L3, serves them all from L2. Transformer projections of 32-64 rows (K = 768 and 3072,
+    weights from memory) ran 1.1-1.2x faster on 2 threads and 1.2x on 1 (stop 47);
+    128-197 rows by K = 3072 1.15x on 1 and 2 threads, 256x4096x1024 1.4x, with four
+    panels a block; 1024^3 the same; 2048^3 (16 MB of A) 0.9x in passes, so one pass
+    (Sapphire Rapids, docs/benchmarks.md, stop 48)."""
     in_l1 = max(1, target.l1d_bytes // 2 // (4 * schedule.nr))
-    if not isinstance(rows, int) or hint(depth) <= in_l1:
+    if not isinstance(rows, int) or hint(depth) <= in_l1 or \
+            4 * rows * hint(depth) > target.cores * target.l2_bytes:
         return schedule.kc
     return in_l1
 
