@@ -249,6 +249,24 @@ def test_the_tiles_rows_come_from_the_registers_and_the_plane(name, plane, rows)
     assert pc.default_parameters(nest, target) == {"rows": rows}
 
 
+@pytest.mark.parametrize("channels_out, groups", [(320, 8), (512, 1), (128, 4)])
+def test_passes_and_task_groups_come_from_l1_and_the_cores(channels_out, groups) -> None:
+    """pass_channels on a Sapphire Rapids preset (48 KiB of L1, 8 cores, panels of 64):
+    passes of 96 input channels (96 rows of 64 floats: half of L1); a panel's 33 tiles in
+    groups enough that the tasks are a multiple of the 8 cores (5 panels: 40 tasks)."""
+    from ember.driver.backend import CpuBackend
+    from ember.graph.passes import get_pass
+    from ember.loops.schedules import packed_conv as pc
+
+    target = Target.named("sapphirerapids")
+    packing = CpuBackend(target).configure(get_pass("pack_convs"))
+    graph = run_passes(packing.run(conv_graph((1, 1024, 14, 14),
+                                              data(channels_out, 1024, 1, 1))), ["dce"])
+    kernel, = lower_graph(graph, target=target).kernels
+    (_, nest), = pc.nests(kernel)
+    assert pc.pass_channels(nest, 6, target) == (96, groups)
+
+
 def test_the_backend_packs_for_its_target() -> None:
     """An AVX2 target's compile packs a 7x7 conv of 64 channels in panels of 16."""
     from ember.driver.backend import CpuBackend

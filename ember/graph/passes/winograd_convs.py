@@ -26,10 +26,10 @@ each kernel alone; the transforms take 0.1-0.3 of it):
 and ResNet-50 as a whole 78.7 -> 73.0 ms (40.5 -> 38.1 on two threads).
 
 Only convs with a constant filter are rewritten (the transform is done once, here), with
-at least MIN_CHANNELS input and output channels (a group's): with fewer, the 16 products are
-too small for the matmul schedule to run near its peak (32 channels at 56x56: 0.57 -> 0.47 ms; 16 at
-112x112: 0.64 -> 0.59). `Config(winograd=False)` keeps every conv
-direct. Runs before `pad_convs` (these convs pad their input here, to whole tiles) and
+at least MIN_CHANNELS input and output channels (a group's): with fewer, the 16 products
+are too small for the matmul schedule to run near its peak (32 channels at 56x56: 0.57 ->
+0.47 ms; 16 at 112x112: 0.64 -> 0.59). `Config(winograd=False)` keeps every conv direct.
+Runs before `pad_convs` (these convs pad their input here, to whole tiles) and
 `group_convs` (which takes the grouped convs left).
 """
 
