@@ -119,15 +119,13 @@ def winograd(op: Op, b: Builder) -> list[Value] | None:
     points = b.op("winograd_input", [x], {"pitch": pitch, "tile": f.tile}, loc=op.loc).result
     filters = winograd_weights(weights, f.tile)
     groups = op.attrs["groups"]
-    if groups == 1:
-        products = b.op("matmul", [b.constant(filters, name="winograd_weights"), points],
-                        loc=op.loc).result
-    else:  # a product per point and group: the reshapes only rename dimensions
+    if groups > 1:  # a product per point and group: the reshapes only rename dimensions
         filters = filters.reshape(f.points, groups, m // groups, c // groups)
         points = b.op("reshape", [points], {"shape": [f.points, groups, c // groups, pitch]},
                       loc=op.loc).result
-        products = b.op("matmul", [b.constant(filters, name="winograd_weights"), points],
-                        loc=op.loc).result
+    products = b.op("matmul", [b.constant(filters, name="winograd_weights"), points],
+                    loc=op.loc).result
+    if groups > 1:
         products = b.op("reshape", [products], {"shape": [f.points, m, pitch]},
                         loc=op.loc).result
     y = b.op("winograd_output", [products], {"size": size, "batch": x.shape[0],

@@ -284,6 +284,11 @@ def b_rows_contiguous(g: Gemm) -> bool:
         access_kind(g.b.index, g.col) == "contiguous")
 
 
+# Panels of B that each pass's slice of A serves, at least, when A is larger than half of
+# L2: the slice streams from L3 once per column block.
+A_REUSE_PANELS = 4
+
+
 def default_gemm_schedule(g: Gemm, target: Target) -> GemmSchedule:
     """The schedule a matmul gets on `target` (a tuned compile asks the database first)."""
     rows = g.m * math.prod(e for _, e in g.batch) if folds_batches(g) else g.m
@@ -293,11 +298,6 @@ def default_gemm_schedule(g: Gemm, target: Target) -> GemmSchedule:
     if kc < schedule.kc and 4 * rows * hint(g.depth) > target.l2_bytes // 2:
         nc = max(nc, schedule.nr * A_REUSE_PANELS)
     return dataclasses.replace(schedule, nc=nc, kc=kc)
-
-
-# Panels of B that each pass's slice of A serves, at least, when A is larger than half of
-# L2: the slice streams from L3 once per column block.
-A_REUSE_PANELS = 4
 
 
 def pass_depth(schedule: GemmSchedule, target: Target, rows: DimLike, depth: DimLike) -> int:

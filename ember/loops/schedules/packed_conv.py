@@ -202,8 +202,7 @@ def pass_channels(nest: WindowNest, rows: int, target: Target) -> tuple[int, int
     return channels, max(1, min(tiles, target.cores // math.gcd(panels, target.cores)))
 
 
-def packed_conv(kernel: Kernel, loop: str, rows: int, channels: int = 0, groups: int = 1
-                ) -> Kernel:
+def packed_conv(kernel: Kernel, loop: str, rows: int, channels: int, groups: int) -> Kernel:
     """The schedule primitive: the plain packed conv nest of `loop` (a top-level loop of
     `kernel`) in tiles of `rows` output positions by one panel of output channels; with
     `channels`, summed in passes of that many input channels, a panel's tiles in `groups`
@@ -222,7 +221,7 @@ def packed_conv(kernel: Kernel, loop: str, rows: int, channels: int = 0, groups:
 
 
 def _packed_tiles(names: FreshNames, nest: WindowNest, panels: int, lanes: int, rows: int,
-                  channels: int = 0, groups: int = 1) -> list[Stmt]:
+                  channels: int, groups: int) -> list[Stmt]:
     """The scheduled nest of `nest` (the module docstring's), its filter in `panels`
     panels of `lanes` output channels, tiles of `rows` positions; in passes of `channels`
     input channels (0: one), a panel's tiles in `groups` tasks."""
